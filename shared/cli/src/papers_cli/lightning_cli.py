@@ -47,7 +47,8 @@ class RunSummary(Callback):
         self._start = time.perf_counter()
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        folder = Path(trainer.log_dir or trainer.default_root_dir)
+        # Loggers pick their version folder per process; rank 0's choice is the run's folder.
+        folder = Path(trainer.strategy.broadcast(trainer.log_dir or trainer.default_root_dir))
         folder.mkdir(parents=True, exist_ok=True)
         summary = {
             "global_rank": trainer.global_rank,
