@@ -140,14 +140,17 @@ def cli_main(
     *,
     project_file: str | Path,
     args: Sequence[str] | None = None,
+    cli_class: type[PapersCLI] = PapersCLI,
     **kwargs: Any,
 ) -> PapersCLI:
     """Run the project's LightningCLI (what ``uv run train`` calls). ``args=None`` reads argv.
 
-    Extra keyword arguments go to ``LightningCLI`` (e.g. ``subclass_mode_model=True``).
+    ``cli_class`` may be a ``PapersCLI`` subclass (e.g. one whose ``add_arguments_to_parser``
+    links data and model sizes). Extra keyword arguments go to ``LightningCLI``
+    (e.g. ``subclass_mode_model=True``).
     """
     with user_errors():
-        return PapersCLI(
+        return cli_class(
             model_class, datamodule_class, project_file=project_file, args=args, **kwargs
         )
 
