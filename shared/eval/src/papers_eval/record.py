@@ -94,6 +94,7 @@ def write_results(
     seeds: Sequence[int],
     wall_time_s: float,
     columns: Sequence[str] | None = None,
+    headline: str = "",
     notes: str = "",
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
@@ -101,7 +102,8 @@ def write_results(
 
     ``metrics`` maps method -> metric -> value (a float, or ``{"mean", "ci"}``); ``criterion``
     says in words and thresholds how ``holds`` was decided. Git revision, hardware, command and
-    time stamp are filled in here so no project forgets them.
+    time stamp are filled in here so no project forgets them. ``headline`` is one line of the
+    key numbers, formatted by the project from ``metrics``; the root README's table shows it.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -120,6 +122,8 @@ def write_results(
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
+    if headline:
+        record["headline"] = headline
     if extra:
         record["extra"] = extra
     path = out / "claim.json"

@@ -49,4 +49,5 @@ class PeakMemoryMonitor(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.last_peak_mb = peak_memory_mb(pl_module.device)
-        pl_module.log("peak_memory_mb", self.last_peak_mb, rank_zero_only=True, sync_dist=False)
+        # The largest process's peak is what a device must hold.
+        pl_module.log("peak_memory_mb", self.last_peak_mb, sync_dist=True, reduce_fx="max")
