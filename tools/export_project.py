@@ -3,7 +3,8 @@
 The result is a standalone uv project: the paper's folder, the shared packages it uses (copied
 under `shared/`, sources rewritten from `workspace = true` to paths), plain `train` and
 `reproduce` scripts (the dispatchers are not needed when the project is alone), the root's uv,
-pytest and ruff settings, a `uv.lock` re-resolved from the workspace's pins, and a `requirements.txt` for users without uv.
+pytest and ruff settings, a `uv.lock` re-resolved from the workspace's pins, and a
+`requirements.txt` for users without uv.
 """
 
 from __future__ import annotations
@@ -21,8 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ci import units, workspace_dependents  # noqa: E402
 
-IGNORE = shutil.ignore_patterns(".venv", "runs", "lightning_logs", "__pycache__", "*.pyc",
-                                ".pytest_cache", ".ruff_cache", "*.egg-info")
+IGNORE = shutil.ignore_patterns(
+    ".venv",
+    "runs",
+    "lightning_logs",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".ruff_cache",
+    "*.egg-info",
+)
 
 
 def shared_dependencies(slug: str, lock_text: str) -> list[str]:
@@ -83,9 +92,20 @@ def export(slug: str, dest: Path, lock: bool = True, offline: bool = False) -> P
         shutil.copy(ROOT / "uv.lock", dest / "uv.lock")
         subprocess.run(["uv", "lock", *flags], cwd=dest, check=True)
         requirements = subprocess.run(
-            ["uv", "export", "--frozen", "--format", "requirements-txt", "--no-hashes",
-             "--no-dev", *flags],
-            cwd=dest, check=True, capture_output=True, text=True,
+            [
+                "uv",
+                "export",
+                "--frozen",
+                "--format",
+                "requirements-txt",
+                "--no-hashes",
+                "--no-dev",
+                *flags,
+            ],
+            cwd=dest,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         (dest / "requirements.txt").write_text(
             "# For users without uv: python -m pip install -r requirements.txt\n" + requirements

@@ -21,14 +21,23 @@ SLUG = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 def render(text: str, slug: str, package: str, title: str) -> str:
     class_name = "".join(part.capitalize() for part in package.split("_"))
-    for key, value in {"__slug__": slug, "__package__": package, "__Class__": class_name,
-                       "__title__": title}.items():
+    for key, value in {
+        "__slug__": slug,
+        "__package__": package,
+        "__Class__": class_name,
+        "__title__": title,
+    }.items():
         text = text.replace(key, value)
     return text
 
 
-def create(slug: str, package: str | None = None, title: str | None = None,
-           root: Path = ROOT, lock: bool = True) -> Path:
+def create(
+    slug: str,
+    package: str | None = None,
+    title: str | None = None,
+    root: Path = ROOT,
+    lock: bool = True,
+) -> Path:
     """Render the template into ``root/projects/<slug>`` and (by default) update uv.lock."""
     if not SLUG.match(slug):
         raise SystemExit(f"'{slug}' is not a valid slug: use lowercase words joined by '-'")
@@ -60,9 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", help="the paper's title")
     args = parser.parse_args(argv)
     target = create(args.slug, args.package, args.title)
-    print(f"created {target.relative_to(ROOT)}; next:\n"
-          f"  cd {target.relative_to(ROOT)} && uv run pytest && uv run train\n"
-          f"then replace the example method in src/*/core.py with the paper's.")
+    print(
+        f"created {target.relative_to(ROOT)}; next:\n"
+        f"  cd {target.relative_to(ROOT)} && uv run pytest && uv run train\n"
+        f"then replace the example method in src/*/core.py with the paper's."
+    )
     return 0
 
 
