@@ -3,8 +3,9 @@
     uv run tools/ci.py list                      # test units: projects, then shared packages
     uv run tools/ci.py changed --base origin/main [--json]
     uv run tools/ci.py test [UNIT ...] [--lane fast|slow|gpu] [--no-policy]
+    uv run tools/ci.py policy                    # the repository policy tests only
     uv run tools/ci.py lint UNIT
-    uv run tools/ci.py smoke PROJECT             # fast_dev_run through the real `train`
+    uv run tools/ci.py smoke PROJECT [--bf16-gpu]  # `train` through the real entry point
 
 A test unit is a paper project (`projects/<slug>`) or a shared package (`shared/<dir>`, by its
 package name). Each unit is tested in isolation: `uv sync --locked --package <name>` installs
@@ -100,15 +101,15 @@ def select_changed(changed_files: list[str], all_units: list[Unit], lock_text: s
     return [u for u in all_units if u.name in selected]
 
 
-def changed_files(base: str, head: str = "HEAD") -> list[str]:
-    out = subprocess.run(
-        ["git", "diff", "--name-only", f"{base}...{head}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [line for line in out.splitlines() if line]
+def changed_files(base: str, head: str = "HEAD") -> list[str] | None:
+    """Files changed between ``base`` and ``head``; None when git cannot tell (a new branch's
+    all-zero base, a shallow clone), which callers treat as "everything changed"."""
+    result = subprocess.run(
+        ["git", "diff", "--name-only", f"{base}...{head}"], cwd=ROOT, capture_output=True, text=True
+    )
+    if result.returncode != 0 or set(base) == {"0"}:
+        return None
+    return [line for line in result.stdout.splitlines() if line]
 
 
 def _run(cmd: list[str], **kwargs) -> int:
@@ -184,22 +185,23 @@ def lint(unit: Unit) -> int:
     )
 
 
-def smoke(unit: Unit) -> int:
-    """`uv run train --trainer.fast_dev_run=1` from the project folder, as a user would."""
+def smoke(unit: Unit, bf16_gpu: bool = False) -> int:
+    """`uv run train` from the project folder, as a user would: one `fast_dev_run` batch on the
+    default device, or (``bf16_gpu``) 20 steps in bf16-mixed on one GPU."""
     if not unit.is_project:
-        raise SystemExit(f"{unit.name} is a shared package; smoke runs a project's `train`")
+        print(f"{unit.name} is a shared package: no `train` to smoke-test")
+        return 0
+    budget = ["--trainer.fast_dev_run=1"]
+    if bf16_gpu:
+        budget = [
+            "--trainer.accelerator=gpu",
+            "--trainer.devices=1",
+            "--trainer.precision=bf16-mixed",
+            "--trainer.max_steps=20",
+        ]
     with tempfile.TemporaryDirectory() as runs:
-        return _run(
-            [
-                "uv",
-                "run",
-                "--no-sync",
-                "train",
-                "--trainer.fast_dev_run=1",
-                f"--trainer.default_root_dir={runs}",
-            ],
-            cwd=ROOT / unit.path,
-        )
+        command = ["uv", "run", "--no-sync", "train", *budget, f"--trainer.default_root_dir={runs}"]
+        return _run(command, cwd=ROOT / unit.path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     test.add_argument("units", nargs="*")
     test.add_argument("--lane", choices=sorted(LANES), default="fast")
     test.add_argument("--no-policy", action="store_true", help="skip the policy tests")
-    for name in ("lint", "smoke"):
-        commands.add_parser(name).add_argument("unit")
+    commands.add_parser("policy", help="the repository policy tests only")
+    commands.add_parser("lint", help="ruff check + format check of one unit").add_argument("unit")
+    smoke_cmd = commands.add_parser("smoke", help="`train` through the real entry point")
+    smoke_cmd.add_argument("unit")
+    smoke_cmd.add_argument("--bf16-gpu", action="store_true", help="20 bf16-mixed steps on a GPU")
     args = parser.parse_args(argv)
 
     known = units()
@@ -234,9 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(names) if args.json else "\n".join(names))
         return 0
     if args.command == "changed":
-        picked = select_changed(
-            changed_files(args.base, args.head), known, (ROOT / "uv.lock").read_text()
-        )
+        files = changed_files(args.base, args.head)
+        lock = (ROOT / "uv.lock").read_text()
+        picked = known if files is None else select_changed(files, known, lock)
         names = [u.name for u in picked]
         print(json.dumps(names) if args.json else "\n".join(names))
         return 0
@@ -246,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         return test_units(selected, args.lane, policy)
     if args.command == "lint":
         return lint(pick([args.unit])[0])
-    return smoke(pick([args.unit])[0])
+    if args.command == "policy":
+        return test_units([], "fast", policy=True)
+    return smoke(pick([args.unit])[0], args.bf16_gpu)
 
 
 if __name__ == "__main__":
