@@ -83,6 +83,7 @@ def export(slug: str, dest: Path, lock: bool = True, offline: bool = False) -> P
     tool["pytest"] = root["tool"]["pytest"]
     tool["pytest"]["ini_options"]["testpaths"] = ["tests"]
     tool["ruff"] = root["tool"]["ruff"]
+    tool["ruff"]["src"] = ["src", "shared/*/src"]
     (dest / "pyproject.toml").write_text(tomli_w.dumps(data))
     (dest / ".gitignore").write_text((ROOT / ".gitignore").read_text())
 

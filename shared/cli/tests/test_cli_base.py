@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+
 from papers_cli import UserError, cli_main, find_project, reproduce_parser, user_errors
 from papers_cli import dispatch as dispatch_module
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from papers_data import (
     DATA_ROOT_ENV,
     DatasetNotFoundError,

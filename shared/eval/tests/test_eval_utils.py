@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+
 from papers_eval import (
     RESULTS_FIELDS,
     bootstrap_ci,

@@ -2,6 +2,7 @@ import random
 
 import numpy as np
 import torch
+
 from papers_gpu import (
     PeakMemoryMonitor,
     infer_batch_size,

@@ -25,10 +25,10 @@ from typing import Any
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from papers_gpu import PeakMemoryMonitor, trainer_defaults
 
 from papers_cli.errors import UserError, user_errors
 from papers_cli.projects import find_project, project_dir_of
+from papers_gpu import PeakMemoryMonitor, trainer_defaults
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
