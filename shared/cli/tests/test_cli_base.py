@@ -122,3 +122,11 @@ def test_dispatcher_calls_the_registered_entry_point(project, monkeypatch):
     assert dispatch_module.dispatch("train") == 0 and calls == ["ran"]
     monkeypatch.setattr(dispatch_module, "entry_points", lambda group, name: [])
     assert dispatch_module.dispatch("reproduce") == 2
+
+
+def test_throughput_is_logged(project):
+    cli = run(
+        project, "--trainer.logger=true", "--trainer.max_steps=8", "--trainer.log_every_n_steps=1"
+    )
+    metrics = (Path(cli.trainer.log_dir) / "metrics.csv").read_text().splitlines()[0]
+    assert "samples_per_sec" in metrics and "peak_memory_mb" in metrics

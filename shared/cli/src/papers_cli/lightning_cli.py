@@ -5,8 +5,9 @@ What it adds to ``lightning.pytorch.cli.LightningCLI``:
 - ``configs/default.yaml`` of the *project* (found from the module's file, never the working
   directory) is always loaded first; any ``--config`` layers on top of it;
 - trainer defaults from ``papers_gpu`` (bf16-mixed on capable GPUs, 32-true on CPU, DDP on
-  several GPUs), run outputs under ``runs/<slug>/``, a rich progress bar, peak-memory logging and
-  a ``summary_rank<k>.json`` per process at the end of ``fit``;
+  several GPUs), run outputs under ``runs/<slug>/``, a rich progress bar, Lightning's
+  ThroughputMonitor (samples/s; MFU when the module defines ``flops_per_batch``), peak-memory
+  logging and a ``summary_rank<k>.json`` per process at the end of ``fit``;
 - ``save_config_kwargs={"overwrite": True}`` so reruns in the same folder do not fail;
 - user-facing errors (missing data, bad input) print one paragraph and exit 2.
 """
@@ -18,6 +19,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from papers_cli.errors import UserError, user_errors
 from papers_cli.projects import find_project, project_dir_of
-from papers_gpu import PeakMemoryMonitor, trainer_defaults
+from papers_gpu import PeakMemoryMonitor, throughput_monitor, trainer_defaults
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
@@ -95,6 +97,9 @@ class PapersCLI(LightningCLI):
         trainer_defaults_override: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        # MFU needs the module's FLOPs; without them samples/s is still logged, so the
+        # monitor's reminder would only be noise in every project that has no FLOP count.
+        warnings.filterwarnings("ignore", message=".*you need to define a `flops_per_batch`")
         project_dir = project_dir_of(project_file)
         project = find_project(project_dir)
         self.slug = project.slug if project else project_dir.name
@@ -107,7 +112,12 @@ class PapersCLI(LightningCLI):
         defaults = {
             **trainer_defaults(),
             "default_root_dir": str(Path("runs") / self.slug),
-            "callbacks": [RichProgressBar(leave=True), PeakMemoryMonitor(), RunSummary()],
+            "callbacks": [
+                RichProgressBar(leave=True),
+                PeakMemoryMonitor(),
+                throughput_monitor(),
+                RunSummary(),
+            ],
             **(trainer_defaults_override or {}),
         }
         parser_kwargs = {

@@ -13,9 +13,12 @@ from lightning.pytorch.callbacks import ThroughputMonitor
 
 
 def infer_batch_size(batch: Any) -> int:
-    """Leading dimension of the first tensor found in a (nested) batch."""
+    """Samples in a batch: a graph batch's ``num_graphs``, else the leading dimension of the
+    first tensor found in a (nested) tuple, list or dict."""
     if isinstance(batch, torch.Tensor):
         return batch.shape[0]
+    if isinstance(getattr(batch, "num_graphs", None), int):  # torch_geometric Batch
+        return batch.num_graphs
     if isinstance(batch, Mapping):
         batch = list(batch.values())
     if isinstance(batch, Sequence) and not isinstance(batch, str):
@@ -27,10 +30,13 @@ def infer_batch_size(batch: Any) -> int:
     raise TypeError(f"cannot infer a batch size from a {type(batch).__name__}")
 
 
-def throughput_monitor(batch_size_fn: Callable[[Any], int] = infer_batch_size) -> ThroughputMonitor:
-    """Lightning's ThroughputMonitor (samples/s, batches/s, and FLOP-based MFU when the model
-    reports FLOPs) with a batch-size function that understands tensors, tuples and dicts."""
-    return ThroughputMonitor(batch_size_fn=batch_size_fn)
+def throughput_monitor(
+    batch_size_fn: Callable[[Any], int] = infer_batch_size, window_size: int = 5
+) -> ThroughputMonitor:
+    """Lightning's ThroughputMonitor (samples/s, batches/s, and FLOP-based MFU when the module
+    defines ``flops_per_batch``) with a batch-size function that understands tensors, tuples,
+    dicts and graph batches. A short window so the miniatures' short runs report it too."""
+    return ThroughputMonitor(batch_size_fn=batch_size_fn, window_size=window_size)
 
 
 def peak_memory_mb(device: torch.device | None = None) -> float:
