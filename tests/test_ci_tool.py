@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import Unit, changed_files, select_changed, units, workspace_dependents
+from ci import Unit, changed_files, select_changed, tally, units, workspace_dependents
 
 LOCK = """
 version = 1
@@ -80,3 +80,10 @@ def test_units_lists_real_members():
     found = {u.name: u for u in units()}
     assert {"papers-cli", "papers-data", "papers-eval", "papers-gpu"} <= set(found)
     assert not found["papers-cli"].is_project
+
+
+def test_empty_or_crashed_lanes_count_as_failures():
+    assert tally(0, (3, 0, 1)) == (3, 0, 1)
+    assert tally(1, (2, 1, 0)) == (2, 1, 0)
+    assert tally(5, (0, 0, 0)) == (0, 1, 0)  # pytest: no tests collected
+    assert tally(2, (0, 0, 0)) == (0, 1, 0)  # interrupted / collection error

@@ -126,6 +126,15 @@ def _junit_counts(report: Path) -> tuple[int, int, int]:
     return total - failed - skipped, failed, skipped
 
 
+def tally(status: int, counts: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Counts as CI reports them: a lane that collected nothing, or that exited non-zero with
+    no failing test (a crash, an interrupt, an import error), counts as one failure."""
+    passed, failed, skipped = counts
+    if status == NO_TESTS_COLLECTED or (status != 0 and failed == 0):
+        failed += 1
+    return passed, failed, skipped
+
+
 def run_pytest(
     label: str, paths: list[str], marker: str | None, sync: list[str]
 ) -> tuple[int, int, int]:
@@ -144,9 +153,7 @@ def run_pytest(
         counts = _junit_counts(report) if report.exists() else (0, 0, 0)
     if status == NO_TESTS_COLLECTED:
         print(f"FAILED {label}: no tests collected", flush=True)
-        counts = (counts[0], counts[1] + 1, counts[2])
-    elif status != 0 and counts[1] == 0:  # crashed or interrupted outside any test
-        counts = (counts[0], 1, counts[2])
+    counts = tally(status, counts)
     print(
         f"--- {label}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped "
         f"in {time.perf_counter() - start:.0f} s",

@@ -24,13 +24,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import RichProgressBar
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+# Lightning 2.6 still calls jsonargparse APIs deprecated in 4.49; the notices are not
+# actionable for users of `uv run train`, so they are silenced before jsonargparse loads.
+os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
-from papers_cli.errors import UserError, user_errors
-from papers_cli.projects import find_project, project_dir_of
-from papers_gpu import PeakMemoryMonitor, throughput_monitor, trainer_defaults
+from lightning.pytorch import Callback, LightningModule, Trainer  # noqa: E402
+from lightning.pytorch.callbacks import RichProgressBar  # noqa: E402
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI  # noqa: E402
+
+from papers_cli.errors import UserError, user_errors  # noqa: E402
+from papers_cli.projects import find_project, project_dir_of  # noqa: E402
+from papers_gpu import PeakMemoryMonitor, throughput_monitor, trainer_defaults  # noqa: E402
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
@@ -109,9 +113,11 @@ class PapersCLI(LightningCLI):
                 f"The project's default config {default_config} is missing. Every project "
                 "ships configs/default.yaml (the CPU miniature); restore it from git or create it."
             )
+        run_dir = str(Path("runs") / self.slug)
         defaults = {
             **trainer_defaults(),
-            "default_root_dir": str(Path("runs") / self.slug),
+            "default_root_dir": run_dir,
+            "logger": default_logger(run_dir),
             "callbacks": [
                 RichProgressBar(leave=True),
                 PeakMemoryMonitor(),
@@ -137,6 +143,21 @@ class PapersCLI(LightningCLI):
             args=args,
             **kwargs,
         )
+
+
+def default_logger(save_dir: str) -> dict[str, Any]:
+    """TensorBoard when it is installed, else CSV, both under ``<save_dir>/lightning_logs``
+    (as a class path, the form LightningCLI accepts for defaults)."""
+    try:
+        import tensorboard  # noqa: F401
+
+        logger = "TensorBoardLogger"
+    except ImportError:
+        logger = "CSVLogger"
+    return {
+        "class_path": f"lightning.pytorch.loggers.{logger}",
+        "init_args": {"save_dir": save_dir},
+    }
 
 
 def _with_subcommand(argv: list[str]) -> list[str]:
