@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from survival_delay.core import Cohort, JointModel
-from survival_delay.fitting import Blocks, default_start, fit_direct, lbfgs_maximize
+from survival_delay.fitting import Blocks, default_start, fit_direct, lbfgs_maximize, log_prior
+from survival_delay.transfer import GAMMA_PRIOR_SD
 
 
 def _event_only_fit(
@@ -35,7 +36,8 @@ def _event_only_fit(
 
     def objective(b: Blocks) -> torch.Tensor:
         ll = model.event.weighted_loglik(b["theta"], t, rep.double(), w, cohort.x, b["gamma"])
-        return ll / len(cohort)
+        prior = log_prior(b, GAMMA_PRIOR_SD) if "gamma" in free else 0.0
+        return (ll + prior) / len(cohort)
 
     return lbfgs_maximize(objective, start, free)
 
@@ -46,7 +48,8 @@ def naive(model: JointModel, target: Cohort) -> Blocks:
 
 
 def naive_transfer(model: JointModel, source: Cohort, target: Cohort) -> Blocks:
-    """Naive fit on the source, then only gamma on the target (isolates the delay model)."""
+    """Naive fit on the source, then only gamma on the target (isolates the delay model; the
+    same N(0, 1) prior on gamma as the transfer estimator)."""
     source_blocks = naive(model, source)
     ones = torch.ones(len(target), dtype=torch.float64)
     return _event_only_fit(model, target, ones, source_blocks, ("gamma",))

@@ -80,18 +80,28 @@ def default_start(model: JointModel, cohort: Cohort) -> Blocks:
     }
 
 
+def log_prior(b: Blocks, gamma_prior_sd: float | None) -> torch.Tensor:
+    """Optional N(0, sd^2) prior on the cohort shift gamma (shrinks a tiny target to the source)."""
+    if gamma_prior_sd is None:
+        return b["gamma"].new_zeros(())
+    return -0.5 * (b["gamma"] / gamma_prior_sd).square().sum()
+
+
 def fit_direct(
     model: JointModel,
     cohort: Cohort,
     start: Blocks | None = None,
     free: tuple[str, ...] = ("theta", "phi"),
     reduce=None,
+    gamma_prior_sd: float | None = None,
 ) -> Blocks:
-    """Direct ML of Eq. (M1) (quadrature for Eq. M2) over the ``free`` blocks."""
+    """Direct ML (or MAP in gamma) of Eq. (M1) (quadrature for Eq. M2) over ``free`` blocks."""
     start = start or default_start(model, cohort)
+    n = len(cohort)
 
     def objective(b: Blocks) -> torch.Tensor:
-        return model.loglik(b["theta"], b["phi"], cohort, b["gamma"]) / len(cohort)
+        ll = model.loglik(b["theta"], b["phi"], cohort, b["gamma"])
+        return (ll + log_prior(b, gamma_prior_sd)) / n
 
     return lbfgs_maximize(objective, start, free, reduce=reduce)
 
@@ -189,6 +199,7 @@ def mcem_iteration(
     generator: torch.Generator,
     m_step_iter: int = 50,
     reduce=None,
+    gamma_prior_sd: float | None = None,
 ) -> Blocks:
     """One E-step (Eqs. E1-E2) and one M-step (Eq. Q), warm-started at ``blocks``."""
     with torch.no_grad():
@@ -199,7 +210,11 @@ def mcem_iteration(
     event_free = tuple(k for k in free if k in ("theta", "gamma"))
     if event_free:
         blocks = lbfgs_maximize(
-            lambda b: q_event(model, b, rows) / n, blocks, event_free, m_step_iter, reduce
+            lambda b: (q_event(model, b, rows) + log_prior(b, gamma_prior_sd)) / n,
+            blocks,
+            event_free,
+            m_step_iter,
+            reduce,
         )
     if "phi" in free:
         blocks = lbfgs_maximize(
@@ -216,6 +231,7 @@ def fit_mcem(
     schedule: MCEMSchedule | None = None,
     seed: int = 0,
     reduce=None,
+    gamma_prior_sd: float | None = None,
 ) -> MCEMResult:
     """Monte Carlo EM for Eq. (M1) (module docstring): growing M, stopping rule, averaging."""
     schedule = schedule or MCEMSchedule()
@@ -226,7 +242,15 @@ def fit_mcem(
     for k in range(schedule.max_iter):
         draws = schedule.draws(k)
         new = mcem_iteration(
-            model, cohort, blocks, free, draws, generator, schedule.m_step_iter, reduce
+            model,
+            cohort,
+            blocks,
+            free,
+            draws,
+            generator,
+            schedule.m_step_iter,
+            reduce,
+            gamma_prior_sd,
         )
         change = max(float((new[b] - blocks[b]).abs().max()) for b in free)
         blocks = new

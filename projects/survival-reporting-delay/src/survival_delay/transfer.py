@@ -6,7 +6,7 @@ Stage 2 (target: newly enrolled, window << L): keep theta_S and phi_S and estima
 cohort's proportional-hazards risk shift gamma by maximising the target's marginal likelihood
 (Eq. M1 with theta, phi fixed):
 
-    gamma_hat = argmax_gamma l_tgt(theta_S, phi_S, gamma)                              (T1)
+    gamma_hat = argmax_gamma l_tgt(theta_S, phi_S, gamma) - gamma^2 / (2 s^2)           (T1)
     F_tgt(L | x) = 1 - exp(-e^gamma_hat H_S(L | x))                                     (T2)
     IBNR_tgt = sum_{unreported target i} pi_i(theta_S, phi_S, gamma_hat)                (T3)
 
@@ -14,6 +14,10 @@ Why these pieces are transferred: a short window sees only the early part of the
 distribution and delays censored at a few months, so the baseline shape, the covariate effects
 and the delay law are (nearly) unidentified in the target alone; one scalar level is what the
 target's reports can pin down, and it is the quantity a new cohort is most likely to shift.
+
+The N(0, s^2) term (s = 1 by default; ``None`` gives the plain MLE) is this implementation's
+choice: a target with no report yet has MLE gamma = -inf (zero risk); the prior shrinks it to
+the source instead and is negligible once the target has a dozen reports.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import torch
 
 from survival_delay.core import Cohort, JointModel
 from survival_delay.fitting import Blocks, MCEMSchedule, fit_direct, fit_mcem
+
+GAMMA_PRIOR_SD = 1.0
 
 
 @dataclass
@@ -42,12 +48,13 @@ def fit_joint(
     free: tuple[str, ...] = ("theta", "phi"),
     schedule: MCEMSchedule | None = None,
     seed: int = 0,
+    gamma_prior_sd: float | None = None,
 ) -> Blocks:
     """Either estimator of Eq. (M1): ``direct`` (quadrature + L-BFGS) or ``mcem``."""
     if method == "direct":
-        return fit_direct(model, cohort, start, free)
+        return fit_direct(model, cohort, start, free, gamma_prior_sd=gamma_prior_sd)
     if method == "mcem":
-        return fit_mcem(model, cohort, start, free, schedule, seed).blocks
+        return fit_mcem(model, cohort, start, free, schedule, seed, gamma_prior_sd=gamma_prior_sd).blocks
     raise ValueError(f"unknown fitting method {method!r}; use 'direct' or 'mcem'")
 
 
@@ -60,12 +67,15 @@ def transfer(
     source_blocks: Blocks | None = None,
     schedule: MCEMSchedule | None = None,
     seed: int = 0,
+    gamma_prior_sd: float | None = GAMMA_PRIOR_SD,
 ) -> TransferFit:
     """Stage 1 on ``source`` (unless ``source_blocks`` is given), then Eq. (T1)-(T3)."""
     if source_blocks is None:
         source_blocks = fit_joint(model, source, method, schedule=schedule, seed=seed)
     start = {**source_blocks, "gamma": torch.zeros(1, dtype=torch.float64)}
-    target_blocks = fit_joint(model, target, method, start, ("gamma",), schedule, seed + 1)
+    target_blocks = fit_joint(
+        model, target, method, start, ("gamma",), schedule, seed + 1, gamma_prior_sd
+    )
     return TransferFit(
         source_blocks,
         target_blocks,
