@@ -11,13 +11,14 @@ def two_threads(tmp_path, monkeypatch):
 
 @pytest.fixture
 def tiny_args(tmp_path):
-    """Flags that shrink configs/default.yaml to seconds: CPU, few steps, no logger."""
+    """Flags that shrink configs/default.yaml to seconds: CPU, few MCEM iterations, no logger."""
     return [
         "--trainer.accelerator=cpu",
         "--trainer.max_epochs=2",
         "--trainer.logger=false",
         "--trainer.enable_checkpointing=false",
         f"--trainer.default_root_dir={tmp_path}",
-        "--data.n_train=64",
-        "--data.n_val=32",
+        "--data.n_source=400",
+        "--data.n_target=200",
+        "--model.max_draws=40",
     ]
