@@ -174,16 +174,16 @@ def test_marginal_loglik_gradient_matches_finite_differences():
 
 @pytest.mark.parametrize("event_family", ["weibull", "gompertz", "piecewise"])
 def test_direct_fit_recovers_the_truth_roughly(event_family):
-    sim = simulate_cohort(3000, (0.5, 3.0), Truth(), 0.0, np.random.default_rng(5))
+    sim = simulate_cohort(2000, (0.5, 3.0), Truth(), 0.0, np.random.default_rng(5))
     model = JointModel.build(1, event_family, cuts=(0.5, 1.0, 2.0))
     fit = fit_direct(model, sim.cohort)
     risk = model.timely_risk(fit["theta"], sim.cohort.x, 1.0).mean().item()
-    assert risk == pytest.approx(float(sim.true_risk.mean()), abs=0.03)
+    assert risk == pytest.approx(float(sim.true_risk.mean()), abs=0.04)
     assert math.exp(fit["phi"][0]) == pytest.approx(0.15, rel=0.15)
 
 
 def test_mcem_agrees_with_the_direct_fit():
-    sim = simulate_cohort(1500, (0.3, 2.0), Truth(), 0.0, np.random.default_rng(6))
+    sim = simulate_cohort(1000, (0.3, 2.0), Truth(), 0.0, np.random.default_rng(6))
     model = JointModel.build(1)
     direct = fit_direct(model, sim.cohort)
     mcem = fit_mcem(model, sim.cohort, schedule=MCEMSchedule(max_draws=300), seed=0)

@@ -220,6 +220,7 @@ class SurvivalDelayDataModule(LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
         if h.root is not None:
+            resolve_data_root(h.root, DATASET, EXPECTED, HOW_TO_GET)  # missing folder first
             if h.as_of is None:
                 raise DataFormatError("real tables need the snapshot's as-of date: --data.as_of=YYYY-MM-DD")
             cohort = load_tables(h.root, h.as_of, h.horizon)
