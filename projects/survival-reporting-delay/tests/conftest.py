@@ -4,8 +4,9 @@ import torch
 
 @pytest.fixture(autouse=True)
 def two_threads(tmp_path, monkeypatch):
-    """Tests run on 2 cores; generated data are cached in the test's own folder."""
-    torch.set_num_threads(2)
+    """Tests run on 2 shared cores; one torch thread is fastest for these small float64
+    tensors (measured ~5x faster per likelihood evaluation than 2 threads under load)."""
+    torch.set_num_threads(1)
     monkeypatch.setenv("PAPERS_CACHE_DIR", str(tmp_path / "cache"))
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from survival_delay.cli import run_claim_experiment, train
 from papers_eval import load_results
+from survival_delay.cli import run_claim_experiment, train
 
 PROJECT = Path(__file__).resolve().parents[1]
 TRAIN = Path(sys.executable).with_name("train")
@@ -77,7 +77,9 @@ def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     # Sharded E-steps with all-reduced L-BFGS steps: both ranks hold the same estimate.
     for key in ("train/source_loglik", "val/gamma", "val/timely_risk"):
         assert ranks[0]["metrics"][key] == ranks[1]["metrics"][key]
-    assert abs(ranks[0]["metrics"]["val/timely_risk"] - reference["metrics"]["val/timely_risk"]) < 0.05
+    assert (
+        abs(ranks[0]["metrics"]["val/timely_risk"] - reference["metrics"]["val/timely_risk"]) < 0.05
+    )
 
 
 def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
@@ -94,5 +96,8 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
 def test_reproduce_quick_writes_the_results_record(tmp_path):
     metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_results(tmp_path / "claim.json")
-    assert record["project"] == "survival-reporting-delay" and record["metrics"].keys() == metrics.keys()
+    assert (
+        record["project"] == "survival-reporting-delay"
+        and record["metrics"].keys() == metrics.keys()
+    )
     assert (tmp_path / "claim.md").is_file()

@@ -42,7 +42,9 @@ def test_closed_forms_of_weibull_gompertz_lognormal():
     expected = stats.lognorm(s=0.8, scale=math.exp(0.3)).sf(t.numpy())
     np.testing.assert_allclose(survival.numpy(), expected, rtol=1e-10)
     log_f = make_family("lognormal").log_hazard0(t, BASELINES["lognormal"]) + torch.log(survival)
-    np.testing.assert_allclose(log_f.exp().numpy(), stats.lognorm(s=0.8, scale=math.exp(0.3)).pdf(t.numpy()))
+    np.testing.assert_allclose(
+        log_f.exp().numpy(), stats.lognorm(s=0.8, scale=math.exp(0.3)).pdf(t.numpy())
+    )
 
 
 def test_proportional_hazards_scale_the_cumulative_hazard():
@@ -90,12 +92,16 @@ def test_lognormal_and_piecewise_fits_match_lifelines():
     t, e, _ = _censored_sample(np.random.default_rng(1))
     none = torch.zeros(len(t), 0, dtype=F64)
     ones = torch.ones(len(t), dtype=F64)
-    theta = _fit_event_only(PHComponent(make_family("lognormal"), 0), torch.tensor(t), torch.tensor(e), ones, none)
+    theta = _fit_event_only(
+        PHComponent(make_family("lognormal"), 0), torch.tensor(t), torch.tensor(e), ones, none
+    )
     ref = LogNormalFitter().fit(t, e)
     assert theta[0].item() == pytest.approx(ref.mu_, abs=1e-4)
     assert math.exp(theta[1]) == pytest.approx(ref.sigma_, rel=1e-4)
     cuts = (0.5, 1.0, 2.0)
-    theta = _fit_event_only(PHComponent(make_family("piecewise", cuts), 0), torch.tensor(t), torch.tensor(e), ones, none)
+    theta = _fit_event_only(
+        PHComponent(make_family("piecewise", cuts), 0), torch.tensor(t), torch.tensor(e), ones, none
+    )
     ref = PiecewiseExponentialFitter(breakpoints=list(cuts)).fit(t, e)
     np.testing.assert_allclose(1 / theta.exp().numpy(), ref.params_.to_numpy(), rtol=1e-3)
 
@@ -110,11 +116,15 @@ def test_weibull_ph_regression_matches_lifelines_aft():
     cens = rng.uniform(0.5, 5.0, 800)
     t, e = np.minimum(t_true, cens), (t_true <= cens).astype(float)
     comp = PHComponent(make_family("weibull"), 1)
-    theta = _fit_event_only(comp, torch.tensor(t), torch.tensor(e), torch.ones(800, dtype=F64), torch.tensor(x[:, None]))
+    theta = _fit_event_only(
+        comp, torch.tensor(t), torch.tensor(e), torch.ones(800, dtype=F64), torch.tensor(x[:, None])
+    )
     ref = WeibullAFTFitter().fit(pd.DataFrame({"t": t, "e": e, "x": x}), "t", "e")
     rho = math.exp(ref.params_.loc[("rho_", "Intercept")])
     assert math.exp(theta[1]) == pytest.approx(rho, rel=1e-3)
-    assert math.exp(theta[0]) == pytest.approx(math.exp(ref.params_.loc[("lambda_", "Intercept")]), rel=1e-3)
+    assert math.exp(theta[0]) == pytest.approx(
+        math.exp(ref.params_.loc[("lambda_", "Intercept")]), rel=1e-3
+    )
     assert theta[2].item() == pytest.approx(-rho * ref.params_.loc[("lambda_", "x")], rel=1e-3)
 
 
@@ -156,7 +166,9 @@ def test_e_step_sampler_matches_the_analytic_posterior():
     # Analytic posterior CDF of T given Z = 1 (Eq. E2) by fine numerical integration.
     grid = torch.linspace(0, 0.4, 20_001, dtype=F64)
     x = cohort.x.expand(len(grid), 1)
-    density = (model.event.log_density(theta, grid, x) + model.delay.log_survival(phi, 0.4 - grid, x)).exp()
+    density = (
+        model.event.log_density(theta, grid, x) + model.delay.log_survival(phi, 0.4 - grid, x)
+    ).exp()
     cdf = torch.cumulative_trapezoid(density, grid)
     cdf = torch.cat([cdf.new_zeros(1), cdf / cdf[-1]]).numpy()
     draws = t[0].numpy()

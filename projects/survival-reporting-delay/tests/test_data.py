@@ -75,15 +75,45 @@ def test_multiple_claims_keep_the_first_or_are_an_error():
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda p, c: c.assign(report_date=c["event_date"].where(c["id"] != 2, "2023-08-01")), "before their event"),
-        (lambda p, c: c.assign(event_date=c["event_date"].where(c["id"] != 1, None)), "missing event_date"),
-        (lambda p, c: p.assign(enroll_date=p["enroll_date"].where(p["id"] != 3, None)), "missing enroll_date"),
-        (lambda p, c: pd.concat([c, pd.DataFrame({"id": [99], "event_date": ["2023-01-01"], "report_date": ["2023-02-01"]})]), "unknown policy ids"),
+        (
+            lambda p, c: c.assign(report_date=c["event_date"].where(c["id"] != 2, "2023-08-01")),
+            "before their event",
+        ),
+        (
+            lambda p, c: c.assign(event_date=c["event_date"].where(c["id"] != 1, None)),
+            "missing event_date",
+        ),
+        (
+            lambda p, c: p.assign(enroll_date=p["enroll_date"].where(p["id"] != 3, None)),
+            "missing enroll_date",
+        ),
+        (
+            lambda p, c: pd.concat(
+                [
+                    c,
+                    pd.DataFrame(
+                        {"id": [99], "event_date": ["2023-01-01"], "report_date": ["2023-02-01"]}
+                    ),
+                ]
+            ),
+            "unknown policy ids",
+        ),
         (lambda p, c: pd.concat([p, p.iloc[:1]]), "unique"),
         (lambda p, c: p.assign(age=["a", "b", "c", "d", "e"]), "numeric"),
-        (lambda p, c: c.assign(event_date=c["event_date"].where(c["id"] != 2, "2023-01-01")), "before enrolment"),
+        (
+            lambda p, c: c.assign(event_date=c["event_date"].where(c["id"] != 2, "2023-01-01")),
+            "before enrolment",
+        ),
     ],
-    ids=["report-before-event", "missing-event", "missing-enrol", "unknown-id", "duplicate-policy", "text-covariate", "event-before-enrolment"],
+    ids=[
+        "report-before-event",
+        "missing-event",
+        "missing-enrol",
+        "unknown-id",
+        "duplicate-policy",
+        "text-covariate",
+        "event-before-enrolment",
+    ],
 )
 def test_bad_tables_are_clear_errors(edit, message):
     policies, claims = fixture_tables()
@@ -128,7 +158,9 @@ def test_datamodule_real_tables_split_source_and_target(tmp_path):
     policies, claims = fixture_tables()
     policies.to_csv(tmp_path / "policies.csv", index=False)
     claims.to_csv(tmp_path / "claims.csv", index=False)
-    data = SurvivalDelayDataModule(root=str(tmp_path), as_of=AS_OF, min_source_window=1.5, n_features=2)
+    data = SurvivalDelayDataModule(
+        root=str(tmp_path), as_of=AS_OF, min_source_window=1.5, n_features=2
+    )
     data.setup()
     assert len(data.source) == 2 and len(data.target) == 3
     with pytest.raises(DataFormatError, match="n_features"):

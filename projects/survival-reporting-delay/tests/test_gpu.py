@@ -1,5 +1,5 @@
-from survival_delay.cli import train
 from papers_gpu.testing import run_if
+from survival_delay.cli import train
 
 
 @run_if(min_cuda_gpus=1, bf16_cuda=True)

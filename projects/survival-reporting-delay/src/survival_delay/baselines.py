@@ -44,7 +44,9 @@ def _event_only_fit(
 
 def naive(model: JointModel, target: Cohort) -> Blocks:
     """Delays ignored: a standard right-censored fit of the target's reported events."""
-    return _event_only_fit(model, target, torch.ones(len(target), dtype=torch.float64), None, ("theta",))
+    return _event_only_fit(
+        model, target, torch.ones(len(target), dtype=torch.float64), None, ("theta",)
+    )
 
 
 def naive_transfer(model: JointModel, source: Cohort, target: Cohort) -> Blocks:
@@ -55,7 +57,9 @@ def naive_transfer(model: JointModel, source: Cohort, target: Cohort) -> Blocks:
     return _event_only_fit(model, target, ones, source_blocks, ("gamma",))
 
 
-def ipw(model: JointModel, target: Cohort, delay_params: torch.Tensor, max_weight: float = 20.0) -> Blocks:
+def ipw(
+    model: JointModel, target: Cohort, delay_params: torch.Tensor, max_weight: float = 20.0
+) -> Blocks:
     """Chain-ladder style inflation: weight 1 / F_D(c_i - T_i), capped at ``max_weight``."""
     rep = target.reported
     lag = torch.where(rep, target.window - target.event_time, torch.ones_like(target.window))

@@ -119,7 +119,13 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
     for w in s["windows"]:
         target = simulate_cohort(s["n_target"], (0.0, w), truth, truth.gamma, rng)
         est, lo, hi = bootstrap_interval(
-            model, source.cohort, target.cohort, truth.horizon, s["bootstrap"], args.seed, source_blocks
+            model,
+            source.cohort,
+            target.cohort,
+            truth.horizon,
+            s["bootstrap"],
+            args.seed,
+            source_blocks,
         )
         intervals[f"sim_w{w:g}"] = {
             "estimate": est, "ci": [lo, hi], "truth": float(target.true_risk.mean()),
@@ -129,7 +135,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
     est, lo, hi = bootstrap_interval(
         rossi_model, data["source"], data["target"], 52.0, 2 * s["bootstrap"], args.seed
     )
-    intervals["rossi_13w_draw0"] = {"estimate": est, "ci": [lo, hi], "observed": data["observed_risk"]}
+    intervals["rossi_13w_draw0"] = {
+        "estimate": est,
+        "ci": [lo, hi],
+        "observed": data["observed_risk"],
+    }
     timings["bootstrap_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -160,14 +170,19 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
 
     # ---- criterion
     short = [w for w in windows if w < 1.0]
-    rmse = {w: {n: _mean(c["rmse"]) for n, c in sim["windows"][w]["estimators"].items()} for w in windows}
+    rmse = {
+        w: {n: _mean(c["rmse"]) for n, c in sim["windows"][w]["estimators"].items()}
+        for w in windows
+    }
     others = [n for n in PRACTICAL if n != "transfer"]
     c1 = all(rmse[w]["transfer"] < min(rmse[w][n] for n in others) for w in short)
     naive_bias = {w: sim["windows"][w]["estimators"]["naive"]["bias"] for w in short}
     c2 = all(b["mean"] < -0.05 and b["ci"][1] < 0 for b in naive_bias.values())
     gains = [rmse[w]["target_only"] - rmse[w]["transfer"] for w in windows]
     c3 = all(a > b for a, b in zip(gains, gains[1:], strict=False))
-    param_gap = float(np.mean(sim["mcem_source_param_gap"])) if sim["mcem_source_param_gap"] else math.nan
+    param_gap = (
+        float(np.mean(sim["mcem_source_param_gap"])) if sim["mcem_source_param_gap"] else math.nan
+    )
     c4 = all(v < 0.01 for v in agreement.values()) and param_gap < 0.05
     sizes = list(consistency)
     errs = [consistency[n] for n in sizes]
@@ -213,8 +228,10 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
         seeds=[args.seed],
         wall_time_s=time.perf_counter() - start,
         headline=headline,
-        notes="Checks: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in checks.items())
-        + ". Plots: sim_rmse.png, sim_bias.png. More (consistency, IBNR, bootstrap CIs) in claim.json.",
+        notes="Checks: "
+        + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in checks.items())
+        + ". Plots: sim_rmse.png, sim_bias.png. Consistency, IBNR errors and bootstrap "
+        "intervals are in claim.json.",
         extra=extra,
     )
     return metrics
@@ -222,6 +239,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
 
 def _plots(out, sim: dict, windows) -> None:
     names = list(sim["windows"][windows[0]]["estimators"])
+    reps = len(sim["raw_errors"][str(windows[0])]["naive"])
     for metric in ("rmse", "bias"):
         series = {
             n: [_mean(sim["windows"][w]["estimators"][n][metric]) for w in windows] for n in names
@@ -232,5 +250,5 @@ def _plots(out, sim: dict, windows) -> None:
             series,
             xlabel="target window (years)",
             ylabel=f"{metric} of the target's timely risk F(L)",
-            title=f"{metric.upper()} vs window (simulation, {len(sim['raw_errors'][str(windows[0])]['naive'])} reps)",
+            title=f"{metric.upper()} vs target window (simulation, {reps} replications)",
         )

@@ -68,7 +68,9 @@ def _dates(frame: pd.DataFrame, column: str, table: str) -> pd.Series:
     try:
         return pd.to_datetime(frame[column])
     except (ValueError, TypeError) as error:
-        raise DataFormatError(f"{table}.{column} holds values that are not dates: {error}") from None
+        raise DataFormatError(
+            f"{table}.{column} holds values that are not dates: {error}"
+        ) from None
 
 
 def tables_to_cohort(
@@ -99,9 +101,13 @@ def tables_to_cohort(
     ]
     x = policies[covariates]
     if not all(pd.api.types.is_numeric_dtype(x[c]) for c in covariates):
-        raise DataFormatError(f"covariates must be numeric; got dtypes {dict(x.dtypes.astype(str))}")
+        raise DataFormatError(
+            f"covariates must be numeric; got dtypes {dict(x.dtypes.astype(str))}"
+        )
     if x.isna().any().any():
-        raise DataFormatError(f"covariates have missing values in {x.columns[x.isna().any()].tolist()}")
+        raise DataFormatError(
+            f"covariates have missing values in {x.columns[x.isna().any()].tolist()}"
+        )
 
     event = _dates(claims, "event_date", "claims")
     report = _dates(claims, "report_date", "claims")
@@ -110,7 +116,9 @@ def tables_to_cohort(
         raise DataFormatError(f"claims with a missing event_date or report_date (ids {bad})")
     unknown = ~claims["id"].isin(policies["id"])
     if unknown.any():
-        raise DataFormatError(f"claims for unknown policy ids: {claims.loc[unknown, 'id'].tolist()[:5]}")
+        raise DataFormatError(
+            f"claims for unknown policy ids: {claims.loc[unknown, 'id'].tolist()[:5]}"
+        )
     if (report < event).any():
         bad = claims.loc[report < event, "id"].tolist()[:5]
         raise DataFormatError(f"claims reported before their event date (ids {bad})")
@@ -124,7 +132,9 @@ def tables_to_cohort(
                 "earliest event of each policy (the model is for the first event)"
             )
         if multiple_claims != "first":
-            raise DataFormatError(f"multiple_claims must be 'first' or 'error', not {multiple_claims!r}")
+            raise DataFormatError(
+                f"multiple_claims must be 'first' or 'error', not {multiple_claims!r}"
+            )
         claims = claims.sort_values("event_date").drop_duplicates("id", keep="first")
 
     frame = pd.DataFrame({"id": policies["id"], "enroll": enroll, "lapse": lapse})
@@ -135,7 +145,9 @@ def tables_to_cohort(
     years = lambda delta: delta.dt.total_seconds().to_numpy() / 86400 / DAYS_PER_YEAR  # noqa: E731
     window = years(tau - frame["enroll"])
     to_lapse = years(frame["lapse"] - frame["enroll"])
-    exposure = np.fmin(np.minimum(window, horizon_years), np.where(np.isnan(to_lapse), np.inf, to_lapse))
+    exposure = np.fmin(
+        np.minimum(window, horizon_years), np.where(np.isnan(to_lapse), np.inf, to_lapse)
+    )
     exposure = np.clip(exposure, 0, None)
     t = years(frame["event_date"] - frame["enroll"])
     d = years(frame["report_date"] - frame["event_date"])
@@ -158,7 +170,8 @@ def load_tables(
     covariates: list[str] | None = None,
     multiple_claims: str = "first",
 ) -> Cohort:
-    """Read policies and claims (CSV or parquet) from the data root (DatasetNotFoundError if missing)."""
+    """Read policies and claims (CSV or parquet) from the data root; DatasetNotFoundError if
+    they are missing."""
     folder = resolve_data_root(root, DATASET, EXPECTED, HOW_TO_GET)
     policies, claims = _read_table(folder, "policies"), _read_table(folder, "claims")
     return tables_to_cohort(policies, claims, as_of, horizon_years, covariates, multiple_claims)[0]
@@ -222,7 +235,9 @@ class SurvivalDelayDataModule(LightningDataModule):
         if h.root is not None:
             resolve_data_root(h.root, DATASET, EXPECTED, HOW_TO_GET)  # missing folder first
             if h.as_of is None:
-                raise DataFormatError("real tables need the snapshot's as-of date: --data.as_of=YYYY-MM-DD")
+                raise DataFormatError(
+                    "real tables need the snapshot's as-of date: --data.as_of=YYYY-MM-DD"
+                )
             cohort = load_tables(h.root, h.as_of, h.horizon)
             if cohort.x.shape[1] != h.n_features:
                 raise DataFormatError(
@@ -233,7 +248,9 @@ class SurvivalDelayDataModule(LightningDataModule):
             return
         beta = (0.5, -0.3, 0.2, 0.0)[: h.n_features] + (0.0,) * max(0, h.n_features - 4)
         truth = Truth(beta=beta, gamma=h.gamma, horizon=h.horizon)
-        source, target = simulate_study(h.seed, truth, h.n_source, h.n_target, target_window=h.target_window)
+        source, target = simulate_study(
+            h.seed, truth, h.n_source, h.n_target, target_window=h.target_window
+        )
         self.source, self.target = source.cohort, target.cohort
         self.target_truth = target.true_risk
         self.truth = truth

@@ -21,7 +21,7 @@ from papers_eval import bootstrap_ci
 from survival_delay import baselines
 from survival_delay.core import Cohort, JointModel
 from survival_delay.fitting import Blocks, MCEMSchedule, fit_direct
-from survival_delay.simulate import Truth, draw_delay, observe, simulate_cohort, simulate_study
+from survival_delay.simulate import Truth, observe, simulate_cohort
 from survival_delay.transfer import fit_joint, mean_risk, transfer
 
 PRACTICAL = ("naive", "naive_transfer", "ipw", "target_only", "source_only", "transfer")
@@ -81,7 +81,9 @@ def summarise(errors: dict[str, list[float]], seed: int = 0) -> dict[str, dict]:
             out[name] = {"bias": math.nan, "rmse": math.nan, "failed": int(e.size)}
             continue
         bias_ci = bootstrap_ci(ok, seed=seed, n_resamples=1000)
-        rmse_ci = bootstrap_ci(ok, lambda v: float(np.sqrt(np.mean(v**2))), seed=seed, n_resamples=1000)
+        rmse_ci = bootstrap_ci(
+            ok, lambda v: float(np.sqrt(np.mean(v**2))), seed=seed, n_resamples=1000
+        )
         out[name] = {
             "bias": {"mean": float(ok.mean()), "ci": list(bias_ci)},
             "rmse": {"mean": float(np.sqrt(np.mean(ok**2))), "ci": list(rmse_ci)},
@@ -119,8 +121,7 @@ def simulation_study(
             mcem_seconds.append(time.perf_counter() - start)
             theta_gap.append(
                 max(
-                    float((mcem_source[b] - source_blocks[b]).abs().max())
-                    for b in ("theta", "phi")
+                    float((mcem_source[b] - source_blocks[b]).abs().max()) for b in ("theta", "phi")
                 )
             )
         for w in windows:
@@ -209,7 +210,13 @@ def bootstrap_interval(
         t_idx = torch.randint(len(target), (len(target),), generator=g)
         src_b = fit_direct(model, source.subset(s_idx), full.source)
         draws.append(
-            _safe(lambda src_b=src_b, t_idx=t_idx: transfer(model, source, target.subset(t_idx), horizon, source_blocks=src_b).mean_risk)
+            _safe(
+                lambda src_b=src_b, t_idx=t_idx: (
+                    transfer(
+                        model, source, target.subset(t_idx), horizon, source_blocks=src_b
+                    ).mean_risk
+                )
+            )
         )
     ok = np.asarray([d for d in draws if math.isfinite(d)])
     lo, hi = np.percentile(ok, [2.5, 97.5])
@@ -312,15 +319,29 @@ def rossi_study(
             source_blocks = fit_direct(model, data["source"])
             naive_source = baselines.naive(model, data["source"])
             est = estimate_all(
-                model, data["source"], data["target"], data["oracle"], horizon, source_blocks, naive_source
+                model,
+                data["source"],
+                data["target"],
+                data["oracle"],
+                horizon,
+                source_blocks,
+                naive_source,
             )
             est["cox_naive"] = _safe(lambda data=data: _cox_naive(data, horizon))
             est["transfer_mcem"] = math.nan
             if k < mcem_draws:
                 est["transfer_mcem"] = _safe(
-                    lambda data=data: transfer(
-                        model, data["source"], data["target"], horizon, "mcem", schedule=schedule, seed=k
-                    ).mean_risk
+                    lambda data=data: (
+                        transfer(
+                            model,
+                            data["source"],
+                            data["target"],
+                            horizon,
+                            "mcem",
+                            schedule=schedule,
+                            seed=k,  # noqa: B023 (called at once, inside the loop)
+                        ).mean_risk
+                    )
                 )
             for e in names:
                 if e != "transfer_mcem" or k < mcem_draws:

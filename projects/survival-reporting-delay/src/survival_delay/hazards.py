@@ -126,7 +126,9 @@ class LogNormal(Family):
 
     def log_hazard0(self, t, b):
         z = self._z(t, b)
-        log_f0 = -torch.log(t.clamp_min(TINY)) - b[1] - 0.5 * z.square() - 0.5 * math.log(2 * math.pi)
+        log_f0 = (
+            -torch.log(t.clamp_min(TINY)) - b[1] - 0.5 * z.square() - 0.5 * math.log(2 * math.pi)
+        )
         return log_f0 - torch.special.log_ndtr(-z)
 
     def cumhaz0(self, t, b):

@@ -53,7 +53,12 @@ class JointHazardModule(LightningModule):
             raise ValueError(f"model.method must be 'mcem' or 'direct', not {method!r}")
         self.automatic_optimization = False
         self.joint = JointModel.build(
-            n_features, event_family, delay_family, delay_covariates, tuple(cuts or ()) or None, quad_nodes
+            n_features,
+            event_family,
+            delay_family,
+            delay_covariates,
+            tuple(cuts or ()) or None,
+            quad_nodes,
         )
         self.schedule = MCEMSchedule(
             start_draws, max_draws, growth, 10**9, tol, patience, average_last, m_step_iter
@@ -100,7 +105,11 @@ class JointHazardModule(LightningModule):
             self.trainer.should_stop = True
         loglik = self._reduce(self.joint.loglik(self.theta, self.phi, source) / len(source))
         self.log_dict(
-            {"train/max_change": change, "train/draws": float(draws), "train/source_loglik": loglik},
+            {
+                "train/max_change": change,
+                "train/draws": float(draws),
+                "train/source_loglik": loglik,
+            },
             prog_bar=True,
             batch_size=len(source),
         )

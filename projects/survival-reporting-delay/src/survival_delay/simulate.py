@@ -106,7 +106,8 @@ def simulate_cohort(
     shift: float,
     rng: np.random.Generator,
 ) -> Simulated:
-    """n subjects enrolled uniformly between window_range[1] and window_range[0] years before tau."""
+    """n subjects enrolled uniformly between window_range[1] and window_range[0] years
+    before tau."""
     x = rng.standard_normal((n, len(truth.beta)))
     lp = x @ np.asarray(truth.beta) + shift
     t = truth.alpha * (rng.exponential(size=n) * np.exp(-lp)) ** (1 / truth.rho)

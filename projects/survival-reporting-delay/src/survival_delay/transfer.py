@@ -54,7 +54,9 @@ def fit_joint(
     if method == "direct":
         return fit_direct(model, cohort, start, free, gamma_prior_sd=gamma_prior_sd)
     if method == "mcem":
-        return fit_mcem(model, cohort, start, free, schedule, seed, gamma_prior_sd=gamma_prior_sd).blocks
+        return fit_mcem(
+            model, cohort, start, free, schedule, seed, gamma_prior_sd=gamma_prior_sd
+        ).blocks
     raise ValueError(f"unknown fitting method {method!r}; use 'direct' or 'mcem'")
 
 
@@ -80,7 +82,11 @@ def transfer(
         source_blocks,
         target_blocks,
         mean_risk(model, target_blocks, target.x, horizon),
-        float(model.expected_ibnr(target_blocks["theta"], target_blocks["phi"], target, target_blocks["gamma"])),
+        float(
+            model.expected_ibnr(
+                target_blocks["theta"], target_blocks["phi"], target, target_blocks["gamma"]
+            )
+        ),
     )
 
 
