@@ -15,6 +15,7 @@ from survival_delay.core import JointModel
 from survival_delay.data import SurvivalDelayDataModule
 from survival_delay.experiments import (
     PRACTICAL,
+    bootstrap_coverage,
     bootstrap_interval,
     consistency_study,
     rossi_cohorts,
@@ -79,12 +80,12 @@ def _settings(quick: bool) -> dict:
         return {
             "reps": 2, "windows": (0.25, 0.5), "n_source": 600, "n_target": 300, "mcem_reps": 1,
             "sizes": (300, 1200), "consistency_reps": 2, "bootstrap": 4,
-            "rossi_draws": 2, "rossi_mcem": 1,
+            "rossi_draws": 2, "rossi_mcem": 1, "coverage_reps": 2,
         }  # fmt: skip
     return {
         "reps": 30, "windows": (0.25, 0.5, 1.0), "n_source": 3000, "n_target": 1000,
         "mcem_reps": 10, "sizes": (500, 2000, 8000), "consistency_reps": 10, "bootstrap": 50,
-        "rossi_draws": 20, "rossi_mcem": 5,
+        "rossi_draws": 20, "rossi_mcem": 5, "coverage_reps": 20,
     }  # fmt: skip
 
 
@@ -134,6 +135,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
     data = rossi_cohorts(0)
     est, lo, hi = bootstrap_interval(
         rossi_model, data["source"], data["target"], 52.0, 2 * s["bootstrap"], args.seed
+    )
+    coverage = bootstrap_coverage(
+        s["coverage_reps"], 0.5, s["bootstrap"], truth, s["n_source"], s["n_target"], args.seed
     )
     intervals["rossi_13w_draw0"] = {
         "estimate": est,
@@ -205,6 +209,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
         "mcem_source_param_gap": sim["mcem_source_param_gap"],
         "mcem_source_seconds": sim["mcem_source_seconds"],
         "bootstrap_intervals": intervals,
+        "bootstrap_coverage": coverage,
         "rossi_observed_risk": {f"{w:g}wk": b["observed_risk_mean"] for w, b in rossi.items()},
         "timings_s": timings,
     }

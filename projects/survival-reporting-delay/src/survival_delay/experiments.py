@@ -223,6 +223,37 @@ def bootstrap_interval(
     return full.mean_risk, float(lo), float(hi)
 
 
+def bootstrap_coverage(
+    reps: int,
+    window: float,
+    resamples: int,
+    truth: Truth,
+    n_source: int = 3000,
+    n_target: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """Share of replications whose bootstrap 95% interval covers the true mean timely risk."""
+    model = JointModel.build(len(truth.beta))
+    covered, widths = [], []
+    for r in range(reps):
+        rng = np.random.default_rng([seed, 7, r])
+        source = simulate_cohort(n_source, (1.0, 3.0), truth, 0.0, rng)
+        target = simulate_cohort(n_target, (0.0, window), truth, truth.gamma, rng)
+        _, lo, hi = bootstrap_interval(
+            model, source.cohort, target.cohort, truth.horizon, resamples, seed + r
+        )
+        risk = float(target.true_risk.mean())
+        covered.append(lo <= risk <= hi)
+        widths.append(hi - lo)
+    return {
+        "window": window,
+        "replications": reps,
+        "resamples": resamples,
+        "coverage": float(np.mean(covered)),
+        "mean_width": float(np.mean(widths)),
+    }
+
+
 # ---------------------------------------------------------------- semi-synthetic: rossi
 ROSSI_COVARIATES = ("fin", "age", "race", "wexp", "mar", "paro", "prio")
 
