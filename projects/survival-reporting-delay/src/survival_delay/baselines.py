@@ -44,16 +44,14 @@ def _event_only_fit(
 
 def naive(model: JointModel, target: Cohort) -> Blocks:
     """Delays ignored: a standard right-censored fit of the target's reported events."""
-    return _event_only_fit(
-        model, target, torch.ones(len(target), dtype=torch.float64), None, ("theta",)
-    )
+    return _event_only_fit(model, target, torch.ones_like(target.window), None, ("theta",))
 
 
 def naive_transfer(model: JointModel, source: Cohort, target: Cohort) -> Blocks:
     """Naive fit on the source, then only gamma on the target (isolates the delay model; the
     same N(0, 1) prior on gamma as the transfer estimator)."""
     source_blocks = naive(model, source)
-    ones = torch.ones(len(target), dtype=torch.float64)
+    ones = torch.ones_like(target.window)
     return _event_only_fit(model, target, ones, source_blocks, ("gamma",))
 
 

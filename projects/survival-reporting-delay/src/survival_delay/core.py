@@ -101,7 +101,7 @@ class JointModel:
     # -- Eq. (M2q): Gauss-Legendre nodes on [0, c'_i] -------------------------------------
     def quadrature(self, exposure: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Nodes t [N, K] and log weights [N, K] of a K-point Gauss-Legendre rule on [0, c'_i]."""
-        u, w = _legendre(self.quad_nodes)  # [K], [K]
+        u, w = (v.to(exposure.device) for v in _legendre(self.quad_nodes))  # [K], [K]
         half = (exposure / 2).unsqueeze(-1)  # [N, 1]
         nodes = half * (u + 1)  # [N, K]
         log_w = torch.log(w) + torch.log(half.clamp_min(1e-300))  # [N, K]
@@ -141,7 +141,9 @@ class JointModel:
 
     def posterior_time_grid(self, theta, phi, cohort: Cohort, gamma=0.0, cells: int = 256):
         """Eq. (E2) on a midpoint grid: cell midpoints [N, G] and cell probabilities [N, G]."""
-        edges = torch.linspace(0, 1, cells + 1, dtype=cohort.exposure.dtype)
+        edges = torch.linspace(
+            0, 1, cells + 1, dtype=cohort.exposure.dtype, device=cohort.exposure.device
+        )
         mids = (edges[:-1] + edges[1:]) / 2  # [G]
         t = cohort.exposure.unsqueeze(-1) * mids  # [N, G]
         lag = (cohort.window.unsqueeze(-1) - t).clamp_min(0)
@@ -152,7 +154,7 @@ class JointModel:
 
     def timely_risk(self, theta, x, horizon: float, gamma=0.0) -> torch.Tensor:
         """Eq. (R1): F(L | x) = 1 - exp(-e^gamma H_T(L | x)) for x [N, F] -> [N]."""
-        t = torch.full((x.shape[0],), float(horizon), dtype=x.dtype)
+        t = torch.full((x.shape[0],), float(horizon), dtype=x.dtype, device=x.device)
         return self.event.cdf(theta, t, x, gamma)
 
     def expected_ibnr(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:
@@ -183,19 +185,22 @@ def sample_posterior(
 
     T is drawn by inverse CDF on a G-cell midpoint grid of (E2): a cell by its probability, then
     uniformly inside it. Reported subjects get Z = 0 (their rows are ignored by the M-step).
+    Random numbers come from the (CPU) ``generator`` and are moved to the cohort's device.
     """
-    n, dtype = len(cohort), cohort.window.dtype
-    z = torch.zeros(n, draws, dtype=torch.bool)
-    t = torch.zeros(n, draws, dtype=dtype)
+    n, dtype, device = len(cohort), cohort.window.dtype, cohort.window.device
+    z = torch.zeros(n, draws, dtype=torch.bool, device=device)
+    t = torch.zeros(n, draws, dtype=dtype, device=device)
     latent = (~cohort.reported & (cohort.exposure > 0)).nonzero().squeeze(-1)  # [U]
     if len(latent) == 0:
         return z, t
     sub = cohort.subset(latent)
     log_s, log_i = model.log_unreported_terms(theta, phi, gamma, sub)
     pi = torch.exp(log_i - torch.logaddexp(log_s, log_i))  # Eq. (E1), [U]
-    z[latent] = torch.rand(len(sub), draws, generator=generator, dtype=dtype) < pi.unsqueeze(-1)
+    uniform = torch.rand(len(sub), draws, generator=generator, dtype=dtype).to(device)
+    z[latent] = uniform < pi.unsqueeze(-1)
     _, probs = model.posterior_time_grid(theta, phi, sub, gamma, cells)  # [U, G]
-    cell = torch.multinomial(probs, draws, replacement=True, generator=generator)  # [U, M]
+    cell = torch.multinomial(probs.cpu(), draws, replacement=True, generator=generator)  # [U, M]
     jitter = torch.rand(len(sub), draws, generator=generator, dtype=dtype)
+    cell, jitter = cell.to(device), jitter.to(device)
     t[latent] = (cell + jitter) / cells * sub.exposure.unsqueeze(-1)  # [U, M]
     return z, t

@@ -73,11 +73,12 @@ def default_start(model: JointModel, cohort: Cohort) -> Blocks:
     rep = cohort.reported
     event_scale = float(cohort.exposure.max().clamp_min(1e-3))
     delay_scale = float(cohort.delay[rep].mean()) if rep.any() else event_scale / 10
-    return {
+    start = {
         "theta": model.event.init_params(4 * event_scale),
         "phi": model.delay.init_params(max(delay_scale, 1e-3)),
         "gamma": torch.zeros(1, dtype=torch.float64),
     }
+    return {k: v.to(cohort.x.device) for k, v in start.items()}
 
 
 def log_prior(b: Blocks, gamma_prior_sd: float | None) -> torch.Tensor:
@@ -133,7 +134,7 @@ class MonteCarloRows:
         t_imp = t[subj, draw]
         n_rep, n_unrep, n_imp = int(rep.sum()), int(unrep.sum()), len(subj)
         no_event = (~z[unrep]).sum(-1).double() / draws  # [U]
-        one = torch.ones(1, dtype=torch.float64)
+        one = torch.ones(1, dtype=torch.float64, device=cohort.x.device)
         event_time = torch.cat([cohort.event_time[rep], cohort.exposure[unrep], t_imp])
         event_flag = torch.cat([one.expand(n_rep), 0 * one.expand(n_unrep), one.expand(n_imp)])
         event_weight = torch.cat([one.expand(n_rep), no_event, one.expand(n_imp) / draws])

@@ -116,7 +116,7 @@ class JointHazardModule(LightningModule):
 
     def validation_step(self, batch, batch_idx):
         target = batch["target"]
-        start = {**self.blocks(), "gamma": torch.zeros(1, dtype=torch.float64)}
+        start = {**self.blocks(), "gamma": torch.zeros_like(self.gamma.data)}
         fitted = fit_direct(
             self.joint, target, start, ("gamma",), self._reduce, self.hparams.gamma_prior_sd
         )

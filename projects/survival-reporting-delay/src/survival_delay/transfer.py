@@ -74,7 +74,7 @@ def transfer(
     """Stage 1 on ``source`` (unless ``source_blocks`` is given), then Eq. (T1)-(T3)."""
     if source_blocks is None:
         source_blocks = fit_joint(model, source, method, schedule=schedule, seed=seed)
-    start = {**source_blocks, "gamma": torch.zeros(1, dtype=torch.float64)}
+    start = {**source_blocks, "gamma": torch.zeros_like(source_blocks["gamma"])}
     target_blocks = fit_joint(
         model, target, method, start, ("gamma",), schedule, seed + 1, gamma_prior_sd
     )
