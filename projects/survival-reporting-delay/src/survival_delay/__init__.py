@@ -1,0 +1,1 @@
+"""Survival analysis with reporting delays and administrative censoring."""

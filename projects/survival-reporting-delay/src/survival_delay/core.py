@@ -1,0 +1,206 @@
+"""Joint event/reporting hazards with right-censored reporting delays: the marginal likelihood.
+
+Notation (times are measured from enrolment, in one unit throughout):
+    x_i     covariates [F];  L the coverage length (an event counts only if T <= L)
+    c_i     window = as-of date tau - enrolment date (time available for a report)
+    c'_i    exposure = min(c_i, L, lapse_i - enrolment)  (time in which a counted event can occur)
+    T_i     event time,  T ~ lambda(t | x; theta) e^gamma   (PH, hazards.py; gamma = cohort shift)
+    D_i     reporting delay since the event,  D ~ mu(d | x; phi),  D independent of T given x
+
+Observation: subject i is *reported* iff T_i <= c'_i and T_i + D_i <= c_i; then (T_i, D_i) are
+exact. Otherwise nothing is seen and the event status Z_i = 1{T_i <= c'_i} is latent (Z_i = 1 is
+an occurred-but-unreported event, "IBNR"). The marginal log-likelihood is
+
+    l(theta, phi) = sum_rep [log f_T(T_i | x_i) + log f_D(D_i | x_i)]
+                  + sum_unrep log[S_T(c'_i | x_i) + I_i]                                (M1)
+    I_i = int_0^{c'_i} f_T(t | x_i) S_D(c_i - t | x_i) dt                              (M2)
+
+I_i is computed by Gauss-Legendre quadrature on [0, c'_i] in log space (M2q). The posterior
+of the latent status and time of an unreported subject, used by the MCEM E-step, is
+
+    pi_i = P(Z_i = 1 | no report) = I_i / (S_T(c'_i) + I_i)                            (E1)
+    p(T_i = t | Z_i = 1, no report) ∝ f_T(t | x_i) S_D(c_i - t | x_i),  t in [0, c'_i]  (E2)
+
+The timely risk of a subject is F(L | x) = 1 - exp(-e^gamma H_T(L | x)) (R1); the expected
+number of occurred-but-unreported events at tau is sum_unrep pi_i (R2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from survival_delay.hazards import PHComponent, make_family
+
+
+@dataclass
+class Cohort:
+    """One cohort's observed data (float64 tensors, [N] unless noted).
+
+    ``event_time`` and ``delay`` hold NaN for unreported subjects.
+    """
+
+    x: torch.Tensor  # [N, F]
+    window: torch.Tensor  # c_i
+    exposure: torch.Tensor  # c'_i <= c_i
+    reported: torch.Tensor  # bool
+    event_time: torch.Tensor  # T_i (reported only)
+    delay: torch.Tensor  # D_i (reported only)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def subset(self, index) -> Cohort:
+        index = torch.as_tensor(index)
+        return Cohort(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+
+    def check(self) -> Cohort:
+        """Raise ValueError on inconsistent data (reports after tau, exposure > window, ...)."""
+        n = len(self)
+        for name in ("window", "exposure", "reported", "event_time", "delay"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"Cohort.{name} must have shape [{n}]")
+        if (self.exposure < 0).any() or (self.exposure > self.window + 1e-9).any():
+            raise ValueError("need 0 <= exposure (c') <= window (c) for every subject")
+        rep = self.reported
+        t, d = self.event_time[rep], self.delay[rep]
+        if (t < 0).any() or (d < 0).any() or t.isnan().any() or d.isnan().any():
+            raise ValueError("reported subjects need non-negative event times and delays")
+        if (t > self.exposure[rep] + 1e-9).any() or (t + d > self.window[rep] + 1e-9).any():
+            raise ValueError("a reported event lies outside its exposure or its report after tau")
+        return self
+
+
+@dataclass
+class JointModel:
+    """Event component (theta) and delay component (phi), each a PH family (hazards.py)."""
+
+    event: PHComponent
+    delay: PHComponent
+    quad_nodes: int = 32
+
+    @classmethod
+    def build(
+        cls,
+        n_features: int,
+        event_family: str = "weibull",
+        delay_family: str = "weibull",
+        delay_covariates: bool = False,
+        cuts: tuple[float, ...] | None = None,
+        quad_nodes: int = 32,
+    ) -> JointModel:
+        return cls(
+            PHComponent(make_family(event_family, cuts), n_features),
+            PHComponent(make_family(delay_family), n_features if delay_covariates else 0),
+            quad_nodes,
+        )
+
+    # -- Eq. (M2q): Gauss-Legendre nodes on [0, c'_i] -------------------------------------
+    def quadrature(self, exposure: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Nodes t [N, K] and log weights [N, K] of a K-point Gauss-Legendre rule on [0, c'_i]."""
+        u, w = (v.to(exposure.device) for v in _legendre(self.quad_nodes))  # [K], [K]
+        half = (exposure / 2).unsqueeze(-1)  # [N, 1]
+        nodes = half * (u + 1)  # [N, K]
+        log_w = torch.log(w) + torch.log(half.clamp_min(1e-300))  # [N, K]
+        return nodes, log_w
+
+    def log_unreported_terms(self, theta, phi, gamma, cohort: Cohort):
+        """log S_T(c') and log I (Eq. M2) for every subject: two [N] tensors."""
+        log_s = self.event.log_survival(theta, cohort.exposure, cohort.x, gamma)  # [N]
+        nodes, log_w = self.quadrature(cohort.exposure)  # [N, K]
+        log_f = self.event.log_density(theta, nodes, cohort.x, gamma)  # [N, K]
+        lag = (cohort.window.unsqueeze(-1) - nodes).clamp_min(0)  # c - t, [N, K]
+        log_sd = self.delay.log_survival(phi, lag, cohort.x)  # [N, K]
+        log_i = torch.logsumexp(log_w + log_f + log_sd, dim=-1)  # [N]
+        log_i = torch.where(cohort.exposure > 0, log_i, torch.full_like(log_i, -torch.inf))
+        return log_s, log_i
+
+    def loglik(self, theta, phi, cohort: Cohort, gamma=0.0, per_subject=False) -> torch.Tensor:
+        """Eq. (M1): the marginal log-likelihood (a scalar, or [N] with ``per_subject``)."""
+        rep = cohort.reported
+        t = torch.where(rep, cohort.event_time, cohort.exposure)  # NaN-free placeholders
+        d = torch.where(rep, cohort.delay, torch.ones_like(cohort.delay))
+        log_rep = self.event.log_density(theta, t, cohort.x, gamma) + self.delay.log_density(
+            phi, d, cohort.x
+        )
+        terms = log_rep.clone()
+        unrep = ~rep
+        if unrep.any():
+            log_s, log_i = self.log_unreported_terms(theta, phi, gamma, cohort.subset(unrep))
+            terms = terms.masked_scatter(unrep, torch.logaddexp(log_s, log_i))  # [N]
+        return terms if per_subject else terms.sum()
+
+    def posterior_event_prob(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:
+        """Eq. (E1): pi_i for every subject [N] (0 for reported subjects)."""
+        log_s, log_i = self.log_unreported_terms(theta, phi, gamma, cohort)
+        pi = torch.exp(log_i - torch.logaddexp(log_s, log_i))
+        return torch.where(cohort.reported, torch.zeros_like(pi), pi)
+
+    def posterior_time_grid(self, theta, phi, cohort: Cohort, gamma=0.0, cells: int = 256):
+        """Eq. (E2) on a midpoint grid: cell midpoints [N, G] and cell probabilities [N, G]."""
+        edges = torch.linspace(
+            0, 1, cells + 1, dtype=cohort.exposure.dtype, device=cohort.exposure.device
+        )
+        mids = (edges[:-1] + edges[1:]) / 2  # [G]
+        t = cohort.exposure.unsqueeze(-1) * mids  # [N, G]
+        lag = (cohort.window.unsqueeze(-1) - t).clamp_min(0)
+        log_p = self.event.log_density(theta, t, cohort.x, gamma) + self.delay.log_survival(
+            phi, lag, cohort.x
+        )
+        return t, torch.softmax(log_p, dim=-1)
+
+    def timely_risk(self, theta, x, horizon: float, gamma=0.0) -> torch.Tensor:
+        """Eq. (R1): F(L | x) = 1 - exp(-e^gamma H_T(L | x)) for x [N, F] -> [N]."""
+        t = torch.full((x.shape[0],), float(horizon), dtype=x.dtype, device=x.device)
+        return self.event.cdf(theta, t, x, gamma)
+
+    def expected_ibnr(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:
+        """Eq. (R2): expected number of occurred-but-unreported events, sum_unrep pi_i."""
+        return self.posterior_event_prob(theta, phi, cohort, gamma).sum()
+
+    def without_delay_covariates(self) -> JointModel:
+        return replace(self, delay=PHComponent(self.delay.family, 0))
+
+
+@lru_cache
+def _legendre(nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    u, w = np.polynomial.legendre.leggauss(nodes)
+    return torch.as_tensor(u, dtype=torch.float64), torch.as_tensor(w, dtype=torch.float64)
+
+
+def sample_posterior(
+    model: JointModel,
+    theta,
+    phi,
+    cohort: Cohort,
+    draws: int,
+    generator: torch.Generator,
+    gamma=0.0,
+    cells: int = 256,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """E-step draws for every subject: status Z [N, M] (Eq. E1) and time T [N, M] (Eq. E2).
+
+    T is drawn by inverse CDF on a G-cell midpoint grid of (E2): a cell by its probability, then
+    uniformly inside it. Reported subjects get Z = 0 (their rows are ignored by the M-step).
+    Random numbers come from the (CPU) ``generator`` and are moved to the cohort's device.
+    """
+    n, dtype, device = len(cohort), cohort.window.dtype, cohort.window.device
+    z = torch.zeros(n, draws, dtype=torch.bool, device=device)
+    t = torch.zeros(n, draws, dtype=dtype, device=device)
+    latent = (~cohort.reported & (cohort.exposure > 0)).nonzero().squeeze(-1)  # [U]
+    if len(latent) == 0:
+        return z, t
+    sub = cohort.subset(latent)
+    log_s, log_i = model.log_unreported_terms(theta, phi, gamma, sub)
+    pi = torch.exp(log_i - torch.logaddexp(log_s, log_i))  # Eq. (E1), [U]
+    uniform = torch.rand(len(sub), draws, generator=generator, dtype=dtype).to(device)
+    z[latent] = uniform < pi.unsqueeze(-1)
+    _, probs = model.posterior_time_grid(theta, phi, sub, gamma, cells)  # [U, G]
+    cell = torch.multinomial(probs.cpu(), draws, replacement=True, generator=generator)  # [U, M]
+    jitter = torch.rand(len(sub), draws, generator=generator, dtype=dtype)
+    cell, jitter = cell.to(device), jitter.to(device)
+    t[latent] = (cell + jitter) / cells * sub.exposure.unsqueeze(-1)  # [U, M]
+    return z, t

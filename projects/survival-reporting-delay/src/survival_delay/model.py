@@ -1,0 +1,138 @@
+"""LightningModule: orchestration of the fit (the statistics live in core/fitting/transfer).
+
+The module's parameters ARE the hazard parameters (theta, phi, and the target shift gamma); no
+neural network is involved. One training epoch = one MCEM iteration on the source cohort (E-step
+draws, then the two warm-started weighted M-step fits, Eq. Q of fitting.py) with M_k growing per
+epoch; the stopping rule ends ``fit`` early. ``method: direct`` instead runs the direct ML fit
+(then later epochs change nothing and the rule stops at once). Each validation fits the target's
+shift gamma (transfer stage 2, Eq. T1) and logs the timely risk and the expected IBNR count.
+
+Under DDP every process holds a shard of the subjects; the objective and its gradient inside
+each L-BFGS step are all-reduced, so the processes take identical steps on the full-data
+likelihood, and each draws its own shard's E-step samples (seed + rank).
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import LightningModule
+from torch import nn
+
+from survival_delay.core import JointModel
+from survival_delay.fitting import (
+    MCEMSchedule,
+    default_start,
+    fit_direct,
+    mcem_iteration,
+)
+
+
+class JointHazardModule(LightningModule):
+    def __init__(
+        self,
+        n_features: int = 1,
+        event_family: str = "weibull",
+        delay_family: str = "weibull",
+        delay_covariates: bool = False,
+        cuts: list[float] | None = None,
+        quad_nodes: int = 32,
+        method: str = "mcem",
+        start_draws: int = 20,
+        max_draws: int = 500,
+        growth: float = 1.5,
+        tol: float = 5e-3,
+        patience: int = 3,
+        average_last: int = 5,
+        m_step_iter: int = 50,
+        horizon: float = 1.0,
+        gamma_prior_sd: float | None = 1.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if method not in ("mcem", "direct"):
+            raise ValueError(f"model.method must be 'mcem' or 'direct', not {method!r}")
+        self.automatic_optimization = False
+        self.joint = JointModel.build(
+            n_features,
+            event_family,
+            delay_family,
+            delay_covariates,
+            tuple(cuts or ()) or None,
+            quad_nodes,
+        )
+        self.schedule = MCEMSchedule(
+            start_draws, max_draws, growth, 10**9, tol, patience, average_last, m_step_iter
+        )
+        self.theta = nn.Parameter(self.joint.event.init_params(1.0))
+        self.phi = nn.Parameter(self.joint.delay.init_params(0.1))
+        self.gamma = nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        self._chain: dict | None = None
+        self._history: list[dict] = []
+        self._calm = 0
+
+    def _reduce(self, value: torch.Tensor) -> torch.Tensor:
+        return self.trainer.strategy.reduce(value, reduce_op="mean")
+
+    def blocks(self) -> dict[str, torch.Tensor]:
+        return {"theta": self.theta.data, "phi": self.phi.data, "gamma": self.gamma.data}
+
+    def on_fit_start(self) -> None:
+        seed = torch.initial_seed() % 2**31 + self.global_rank
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def training_step(self, batch, batch_idx):
+        source = batch["source"]
+        if self._chain is None:  # identical start on every process: mean of the shards' starts
+            start = default_start(self.joint, source)
+            self._chain = {k: self._reduce(v) for k, v in start.items()}
+        draws = self.schedule.draws(self.current_epoch)
+        free = ("theta", "phi")
+        if self.hparams.method == "mcem":
+            new = mcem_iteration(
+                self.joint, source, self._chain, free, draws, self.generator,
+                self.schedule.m_step_iter, self._reduce,
+            )  # fmt: skip
+        else:
+            new = fit_direct(self.joint, source, self._chain, free, self._reduce)
+        change = max(float((new[b] - self._chain[b]).abs().max()) for b in free)
+        self._chain = new
+        self._history = [*self._history, new][-self.schedule.average_last :]
+        for name in free:  # the estimate: average of the last iterates
+            getattr(self, name).data.copy_(torch.stack([h[name] for h in self._history]).mean(0))
+        at_max = draws == self.schedule.max_draws or self.hparams.method == "direct"
+        self._calm = self._calm + 1 if (change < self.schedule.tol and at_max) else 0
+        if self._calm >= self.schedule.patience:
+            self.trainer.should_stop = True
+        loglik = self._reduce(self.joint.loglik(self.theta, self.phi, source) / len(source))
+        self.log_dict(
+            {
+                "train/max_change": change,
+                "train/draws": float(draws),
+                "train/source_loglik": loglik,
+            },
+            prog_bar=True,
+            batch_size=len(source),
+        )
+
+    def validation_step(self, batch, batch_idx):
+        target = batch["target"]
+        start = {**self.blocks(), "gamma": torch.zeros_like(self.gamma.data)}
+        fitted = fit_direct(
+            self.joint, target, start, ("gamma",), self._reduce, self.hparams.gamma_prior_sd
+        )
+        self.gamma.data.copy_(fitted["gamma"])
+        theta, phi, gamma = fitted["theta"], fitted["phi"], fitted["gamma"]
+        risk = self.joint.timely_risk(theta, target.x, self.hparams.horizon, gamma)  # [N]
+        ibnr = self.joint.expected_ibnr(theta, phi, target, gamma)
+        metrics = {
+            "val/gamma": float(gamma),
+            "val/timely_risk": self._reduce(risk.mean()),
+            "val/ibnr": self._reduce(ibnr) * self.trainer.world_size,
+        }
+        truth = getattr(self.trainer.datamodule, "target_truth", None)
+        if truth is not None:
+            metrics["val/risk_error"] = metrics["val/timely_risk"] - float(truth.mean())
+        self.log_dict(metrics, prog_bar=True, batch_size=len(target))
+
+    def configure_optimizers(self):
+        return None  # L-BFGS runs inside the M-steps (fitting.py) on the full data
