@@ -87,3 +87,9 @@ def test_empty_or_crashed_lanes_count_as_failures():
     assert tally(1, (2, 1, 0)) == (2, 1, 0)
     assert tally(5, (0, 0, 0)) == (0, 1, 0)  # pytest: no tests collected
     assert tally(2, (0, 0, 0)) == (0, 1, 0)  # interrupted / collection error
+
+
+def test_collated_cells_escape_table_pipes():
+    from collate_results import _cell
+
+    assert _cell("a | b\n c") == "a \\| b c"

@@ -18,9 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- papers-table:start -->", "<!-- papers-table:end -->"
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def _result_cell(slug: str, record: dict) -> str:
     holds = "claim held" if record["holds"] else "claim did not hold"
-    headline = record.get("headline") or ""
+    headline = _cell(record.get("headline") or "")
     link = f"[{holds}](projects/{slug}/results/claim.md)"
     return f"{link}: {headline}" if headline else link
 
@@ -42,7 +47,8 @@ def build_table(root: Path = ROOT) -> str:
             result = _result_cell(slug, json.loads(claim_file.read_text()))
         else:
             status, result, name = "in progress", "not yet measured", f"[{slug}](projects/{slug})"
-        rows.append(f"| {paper['title']} | {name} | {paper['claim']} | {status} | {result} |")
+        title, claim = _cell(paper["title"]), _cell(paper["claim"])
+        rows.append(f"| {title} | {name} | {claim} | {status} | {result} |")
     return "\n".join(rows)
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import random
 
 import numpy as np
@@ -56,6 +57,13 @@ def test_infer_batch_size_handles_nested_batches():
     assert infer_batch_size(x) == 7
     assert infer_batch_size((x, torch.zeros(7))) == 7
     assert infer_batch_size({"meta": "id", "x": x}) == 7
+
+    @dataclasses.dataclass
+    class Cohort:
+        name: str
+        times: torch.Tensor
+
+    assert infer_batch_size(Cohort("a", torch.zeros(5))) == 5
     assert throughput_monitor().batch_size_fn((x,)) == 7
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -14,11 +15,13 @@ from lightning.pytorch.callbacks import ThroughputMonitor
 
 def infer_batch_size(batch: Any) -> int:
     """Samples in a batch: a graph batch's ``num_graphs``, else the leading dimension of the
-    first tensor found in a (nested) tuple, list or dict."""
+    first tensor found in a (nested) tuple, list, dict or dataclass."""
     if isinstance(batch, torch.Tensor):
         return batch.shape[0]
     if isinstance(getattr(batch, "num_graphs", None), int):  # torch_geometric Batch
         return batch.num_graphs
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        batch = [getattr(batch, field.name) for field in dataclasses.fields(batch)]
     if isinstance(batch, Mapping):
         batch = list(batch.values())
     if isinstance(batch, Sequence) and not isinstance(batch, str):
