@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from graphmet.cli import run_claim_experiment, train
@@ -26,17 +27,31 @@ def test_train_fast_dev_run_through_the_cli(tiny_args):
     assert cli.trainer.state.finished and cli.trainer.global_step == 1
 
 
+@pytest.mark.parametrize("processor", ["graphmet", "message_passing"])
+def test_both_processors_train_on_a_global_reanalysis_fixture(
+    tiny_args, tmp_path, processor, write_fixture
+):
+    root = tmp_path / "era"
+    write_fixture(root, np.linspace(-87.5, 87.5, 8), np.arange(0, 360, 30.0), times=12)
+    cli = train([*tiny_args, "--trainer.fast_dev_run=1", f"--data.root={root}",
+                 "--data.source=reanalysis", "--data.variables=[z@500, t@850, t2m]",
+                 "--data.icosahedral_refinements=1", "--data.modes=16", "--data.val_fraction=0.4",
+                 f"--model.processor={processor}"])  # fmt: skip
+    assert cli.model.hparams.channels == 3 and cli.trainer.global_step == 1
+    assert cli.model.net.graph.num_mesh == 42
+
+
 def test_same_seed_same_metrics(tiny_args):
-    first = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics["val/mse"]
-    again = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics["val/mse"]
+    first = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics["val/rmse"]
+    again = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics["val/rmse"]
     assert first.item() == again.item()
 
 
 def test_short_run_lowers_the_loss(tiny_args):
     untrained = train(["validate", *tiny_args])
-    trained = train([*tiny_args, "--trainer.max_epochs=10", "--data.batch_size=16"])
-    before = untrained.trainer.callback_metrics["val/mse"].item()
-    assert trained.trainer.callback_metrics["val/mse"].item() < 0.5 * before
+    trained = train([*tiny_args, "--trainer.max_steps=60", "--trainer.val_check_interval=60"])
+    before = untrained.trainer.callback_metrics["val/rmse"].item()
+    assert trained.trainer.callback_metrics["val/rmse"].item() < 0.7 * before
 
 
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
@@ -82,4 +97,8 @@ def test_reproduce_quick_writes_the_results_record(tmp_path):
     metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_results(tmp_path / "claim.json")
     assert record["project"] == "graphmet" and record["metrics"].keys() == metrics.keys()
-    assert (tmp_path / "claim.md").is_file()
+    assert {"graphmet", "gnn1", "gnn2", "control_graphmet", "graphmet_spectral"} <= metrics.keys()
+    assert set(record["extra"]["checks"]) >= {"graphmet_long_lead_rmse_lower", "gnn_activity_decays"}
+    for name in ("claim.md", "rmse_vs_lead.png", "activity_vs_lead.png", "spectra_last_lead.png",
+                 "latent_energy.png", "spread_skill.png", "control_activity.png", "curves.json"):
+        assert (tmp_path / name).is_file(), name

@@ -3,9 +3,10 @@ from papers_gpu.testing import run_if
 
 
 @run_if(min_cuda_gpus=1, bf16_cuda=True)
-def test_bf16_mixed_training_step(tmp_path):
+def test_bf16_mixed_training_step(tiny_args, tmp_path):
     cli = train(
         [
+            *tiny_args,
             "--trainer.accelerator=gpu",
             "--trainer.devices=1",
             "--trainer.precision=bf16-mixed",

@@ -73,13 +73,13 @@ def _settings(quick: bool) -> dict:
     if quick:
         data = dict(native_resolution=32, grid=16, boundary=2, n_train=2, n_val=1, n_test=1,
                     steps=16, modes=32, batch_size=4, val_steps=2)  # fmt: skip
-        return dict(data=data, control=dict(grid=16, modes=32, n_train=2, n_val=1, n_test=1,
+        return dict(data=data, control=dict(grid=16, modes=32, mesh_levels=2, n_train=2, n_val=1, n_test=1,
                     steps=16, batch_size=4, val_steps=2), steps=4, control_steps=3, leads=6,
                     stride=8, depths=[1, 2], main_depth=2, members=3, ens_samples=1, dim=16,
                     rank=8)  # fmt: skip
-    return dict(data={}, control=dict(grid=24, modes=96), steps=600, control_steps=300,
+    return dict(data={}, control=dict(grid=24, modes=64), steps=500, control_steps=250,
                 leads=40, stride=30, depths=[1, 4, 8], main_depth=4, members=8, ens_samples=4,
-                dim=32, rank=16)  # fmt: skip
+                dim=24, rank=16)  # fmt: skip
 
 
 def _fit(module: GraphmetModule, data: GraphmetDataModule, steps: int) -> tuple[GraphmetModule, float]:

@@ -159,14 +159,19 @@ def training_objective(
     """Eq. G3 over an R-step rollout; for the message-passing baseline only L_fcst."""
     steps = window.shape[1] - 1
     forcing = window[:, 1:]
-    prediction, _ = model.rollout(window[:, 0], forcing)
-    fcst = weighted_mse(prediction, window[:, 1:], model.graph.loss_weight)
+    state, outputs = window[:, 0], []
+    for t in range(steps):
+        state, latents = model.step(state, forcing[:, t])
+        outputs.append(state)
+        if t == 0:
+            encoded_now = latents["encoded"]  # E(x_0): its input is the true state
+    fcst = weighted_mse(torch.stack(outputs, 1), window[:, 1:], model.graph.loss_weight)
     terms = {"fcst": fcst, "loss": fcst}
     if model.is_koopman:
-        processor = model.processor
-        c_now = processor.coefficients(model.encode(window[:, 0], forcing[:, 0])[0], model.graph.basis)
+        processor, basis = model.processor, model.graph.basis
+        c_now = processor.coefficients(encoded_now, basis)
         follow = forcing[:, 1] if steps > 1 else forcing[:, 0]
-        c_next = processor.coefficients(model.encode(window[:, 1], follow)[0], model.graph.basis)
+        c_next = processor.coefficients(model.encode(window[:, 1], follow)[0], basis)
         terms["koop"] = koopman_loss(processor.operator, c_now, c_next)
         terms["geo"] = geometry_loss(processor.lift, processor.lower)
         terms["loss"] = fcst + alpha * (terms["koop"] + lambda_geo * terms["geo"])

@@ -74,12 +74,15 @@ def select_variable(ds, spec: str):
     return da.transpose("time", lat, lon)
 
 
-def load_reanalysis(root: str | None, variables: list[str]) -> dict[str, np.ndarray]:
-    """Read the fields [T, C, nlat, nlon] and their lat, lon from the data root."""
+def load_reanalysis(
+    root: str | None, variables: list[str], files: str = "*"
+) -> dict[str, np.ndarray]:
+    """Read the fields [T, C, nlat, nlon] and their lat, lon from the files under the data root
+    matching ``files`` (a glob; *.nc and *.zarr only), concatenated along time."""
     import xarray as xr
 
     folder = resolve_data_root(root, "graphmet", ["*.nc or *.zarr"], HOW_TO_GET)
-    paths = sorted(Path(folder).glob("*.nc")) + sorted(Path(folder).glob("*.zarr"))
+    paths = [p for p in sorted(Path(folder).glob(files)) if p.suffix in (".nc", ".zarr")]
     if not paths:
         raise DatasetNotFoundError(
             "graphmet", Path(folder), ["*.nc or *.zarr"], HOW_TO_GET, missing=["*.nc or *.zarr"]
@@ -88,7 +91,12 @@ def load_reanalysis(root: str | None, variables: list[str]) -> dict[str, np.ndar
         xr.open_zarr(p) if p.suffix == ".zarr" else xr.open_dataset(p, engine="netcdf4")
         for p in paths
     ]
-    ds = xr.concat(datasets, dim="time") if len(datasets) > 1 else datasets[0]
+    try:
+        ds = datasets[0]
+        if len(datasets) > 1:
+            ds = xr.concat(datasets, dim="time", join="exact", data_vars="minimal")
+    except ValueError as error:
+        raise DataFormatError(f"the files under {folder} do not share one grid: {error}") from None
     arrays = [select_variable(ds, spec) for spec in variables]
     fields = np.stack([np.asarray(a.values, dtype=np.float32) for a in arrays], axis=1)
     if not np.isfinite(fields).all():
@@ -142,10 +150,11 @@ class GraphmetDataModule(LightningDataModule):
         source: str = "kolmo",
         domain: str = "regional",
         root: str | None = None,
+        files: str = "*",
         variables: list[str] | None = None,
         native_resolution: int = 48,
-        grid: int = 32,
-        boundary: int = 4,
+        grid: int = 24,
+        boundary: int = 3,
         n_train: int = 12,
         n_val: int = 2,
         n_test: int = 6,
@@ -156,7 +165,7 @@ class GraphmetDataModule(LightningDataModule):
         mesh_stride: int = 2,
         mesh_levels: int = 3,
         icosahedral_refinements: int = 3,
-        modes: int = 96,
+        modes: int = 64,
         basis: str = "laplacian",
         batch_size: int = 8,
         num_workers: int = 0,
@@ -177,7 +186,7 @@ class GraphmetDataModule(LightningDataModule):
             config["n"] = h.grid
             make = lambda: {"x": advect_trajectories(n_traj, h.steps, h.seed, n=h.grid)}  # noqa: E731
             return cached_generate("graphmet", config, make)["x"].astype(np.float32)
-        config = {"kind": "kolmo", "n_traj": n_traj, "steps": h.steps, "seed": h.seed}
+        config = {"kind": "kolmo", "version": 2, "n_traj": n_traj, "steps": h.steps, "seed": h.seed}
         config.update(n=h.native_resolution, dt=0.05, substeps=8, spinup=10.0)
 
         def make():
@@ -211,7 +220,7 @@ class GraphmetDataModule(LightningDataModule):
         h = self.hparams
         self._check()
         if h.root is not None or h.source == "reanalysis":
-            loaded = load_reanalysis(h.root, self.variables)
+            loaded = load_reanalysis(h.root, self.variables, h.files)
             fields = loaded["fields"]  # [T, C, ny, nx]
             n_train_t = int(round(len(fields) * (1 - h.val_fraction)))
             if min(n_train_t, len(fields) - n_train_t) < h.rollout_steps + 1:

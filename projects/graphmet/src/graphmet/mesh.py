@@ -125,6 +125,8 @@ def lattice_multimesh(
     stride_max = 2 ** (levels - 1)
     if cx % stride_max or cy % stride_max:
         raise ValueError(f"mesh cells {cells} must be divisible by 2^(levels-1) = {stride_max}")
+    if periodic and min(cx, cy) // stride_max < 3:
+        raise ValueError(f"a periodic coarsest level needs >= 3 cells per side; lower levels ({levels})")
     nx, ny = (cx, cy) if periodic else (cx + 1, cy + 1)
     jj, ii = np.meshgrid(np.arange(ny), np.arange(nx), indexing="ij")
     pos = np.stack([ii.ravel(), jj.ravel()], axis=1).astype(np.float64)

@@ -67,7 +67,8 @@ class KolmogorovFlow:
         v = torch.fft.irfft2(-1j * self.kx * psi_hat, s=(self.n, self.n))
         wx = torch.fft.irfft2(1j * self.kx * w_hat, s=(self.n, self.n))
         wy = torch.fft.irfft2(1j * self.ky * w_hat, s=(self.n, self.n))
-        return -torch.fft.rfft2(u * wx + v * wy) * self.dealias + self.force_hat
+        # (k > 0): u.grad(omega) = div(u omega) has zero mean, so mean vorticity is conserved.
+        return -torch.fft.rfft2(u * wx + v * wy) * self.dealias * (self.k2 > 0) + self.force_hat
 
     def step(self, w_hat: torch.Tensor) -> torch.Tensor:
         """One integrating-factor RK4 step of Eq. S1."""
@@ -82,7 +83,7 @@ class KolmogorovFlow:
         """Seeded random vorticity [batch, n, n//2+1] with energy near |k| ~ 4."""
         noise = torch.randn(batch, self.n, self.n, generator=generator)
         k = self.k2.sqrt()
-        return torch.fft.rfft2(noise) * torch.exp(-((k - 4) ** 2) / 8) * self.dealias
+        return torch.fft.rfft2(noise) * torch.exp(-((k - 4) ** 2) / 8) * self.dealias * (k > 0)
 
 
 def kolmogorov_trajectories(
@@ -125,6 +126,7 @@ def advect_trajectories(
     gen = torch.Generator().manual_seed(seed)
     kx, ky = wavenumbers(n)
     k = (kx**2 + ky**2).sqrt()
+    kmax = min(kmax, n // 2)  # the Nyquist modes cannot be advected (no sine partner)
     band = (k >= 1) & (kx.abs() < kmax) & (ky.abs() < kmax)
     amplitude = torch.where(band, k.clamp(min=1) ** -2.0, torch.zeros_like(k))
     phase = torch.rand(n_traj, n, n // 2 + 1, generator=gen, dtype=torch.float64) * 2 * torch.pi
