@@ -51,8 +51,12 @@ def _write_fixture(folder, lat, lon, times=8, seed=0):
             "t": (dims, rng.normal(250, 5, shape)),
             "t2m": (("time", "latitude", "longitude"), rng.normal(280, 8, shape[:1] + shape[2:])),
         },
-        coords={"time": np.arange(times) * 6.0, "level": [500, 850], "latitude": lat,
-                "longitude": lon},  # fmt: skip
+        coords={
+            "time": np.arange(times) * 6.0,
+            "level": [500, 850],
+            "latitude": lat,
+            "longitude": lon,
+        },
     )
     folder.mkdir(parents=True, exist_ok=True)
     ds.to_netcdf(folder / "fixture.nc")

@@ -33,10 +33,19 @@ def test_both_processors_train_on_a_global_reanalysis_fixture(
 ):
     root = tmp_path / "era"
     write_fixture(root, np.linspace(-87.5, 87.5, 8), np.arange(0, 360, 30.0), times=12)
-    cli = train([*tiny_args, "--trainer.fast_dev_run=1", f"--data.root={root}",
-                 "--data.source=reanalysis", "--data.variables=[z@500, t@850, t2m]",
-                 "--data.icosahedral_refinements=1", "--data.modes=16", "--data.val_fraction=0.4",
-                 f"--model.processor={processor}"])  # fmt: skip
+    cli = train(
+        [
+            *tiny_args,
+            "--trainer.fast_dev_run=1",
+            f"--data.root={root}",
+            "--data.source=reanalysis",
+            "--data.variables=[z@500, t@850, t2m]",
+            "--data.icosahedral_refinements=1",
+            "--data.modes=16",
+            "--data.val_fraction=0.4",
+            f"--model.processor={processor}",
+        ]
+    )
     assert cli.model.hparams.channels == 3 and cli.trainer.global_step == 1
     assert cli.model.net.graph.num_mesh == 42
 
@@ -98,7 +107,18 @@ def test_reproduce_quick_writes_the_results_record(tmp_path):
     record = load_results(tmp_path / "claim.json")
     assert record["project"] == "graphmet" and record["metrics"].keys() == metrics.keys()
     assert {"graphmet", "gnn1", "gnn2", "control_graphmet", "graphmet_spectral"} <= metrics.keys()
-    assert set(record["extra"]["checks"]) >= {"graphmet_long_lead_rmse_lower", "gnn_activity_decays"}
-    for name in ("claim.md", "rmse_vs_lead.png", "activity_vs_lead.png", "spectra_last_lead.png",
-                 "latent_energy.png", "spread_skill.png", "control_activity.png", "curves.json"):
+    assert set(record["extra"]["checks"]) >= {
+        "graphmet_long_lead_rmse_lower",
+        "gnn_activity_decays",
+    }
+    for name in (
+        "claim.md",
+        "rmse_vs_lead.png",
+        "activity_vs_lead.png",
+        "spectra_last_lead.png",
+        "latent_energy.png",
+        "spread_skill.png",
+        "control_activity.png",
+        "curves.json",
+    ):
         assert (tmp_path / name).is_file(), name

@@ -24,7 +24,12 @@ def test_reanalysis_loader_reads_variables_and_levels(tmp_path, write_fixture):
 
 @pytest.mark.parametrize(
     ("variables", "message"),
-    [(["q"], "not in the data"), (["z"], "2 levels"), (["z@300"], "level 300"), (["t2m@500"], "no level")],
+    [
+        (["q"], "not in the data"),
+        (["z"], "2 levels"),
+        (["z@300"], "level 300"),
+        (["t2m@500"], "no level"),
+    ],
 )
 def test_reanalysis_loader_rejects_bad_requests(tmp_path, variables, message, write_fixture):
     write_fixture(tmp_path, np.linspace(-80, 80, 5), np.arange(0, 360, 60.0))
@@ -42,14 +47,22 @@ def test_missing_real_data_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_global_fixture_uses_the_icosahedral_mesh_with_standardised_fields(tmp_path, write_fixture):
     write_fixture(tmp_path, np.linspace(-87.5, 87.5, 8), np.arange(0, 360, 30.0), times=10)
-    data = GraphmetDataModule(source="reanalysis", root=str(tmp_path), variables=["z@500", "t2m"],
-                              icosahedral_refinements=1, modes=16, rollout_steps=1)  # fmt: skip
+    data = GraphmetDataModule(
+        source="reanalysis",
+        root=str(tmp_path),
+        variables=["z@500", "t2m"],
+        icosahedral_refinements=1,
+        modes=16,
+        rollout_steps=1,
+    )
     data.setup()
     assert data.graph.kind == "icosahedral" and len(data.graph.mesh_pos) == 42
     train = data.trajectories["train"]  # [1, 8, G, 2]
     assert train.shape == (1, 8, 96, 2)
     torch.testing.assert_close(train.mean((0, 1, 2)), torch.zeros(2), atol=1e-4, rtol=0)
-    torch.testing.assert_close(train.std((0, 1, 2), unbiased=False), torch.ones(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        train.std((0, 1, 2), unbiased=False), torch.ones(2), atol=1e-4, rtol=0
+    )
     w = data.graph.area_weight.reshape(8, 12)
     assert w[4, 0] > w[0, 0]  # cos(latitude): the equator weighs more than the pole rows
 
@@ -61,8 +74,16 @@ def test_real_regional_file_from_eofs_uses_the_regional_mesh():
     folder = Path(eofs_examples.example_data_path("hgt_djf.nc")).parent
     loaded = load_reanalysis(str(folder), ["z@500"], files="hgt_djf.nc")
     assert loaded["fields"].shape[1:] == (1, 29, 49)
-    data = GraphmetDataModule(source="reanalysis", root=str(folder), files="hgt_djf.nc", variables=["z@500"],
-                              boundary=2, mesh_stride=4, mesh_levels=2, modes=16)  # fmt: skip
+    data = GraphmetDataModule(
+        source="reanalysis",
+        root=str(folder),
+        files="hgt_djf.nc",
+        variables=["z@500"],
+        boundary=2,
+        mesh_stride=4,
+        mesh_levels=2,
+        modes=16,
+    )
     data.setup()
     assert data.graph.kind == "regional" and data.graph.interior.sum() == 25 * 45
 
@@ -73,7 +94,9 @@ def test_simulators_are_seeded():
     c = kolmogorov_trajectories(1, 3, seed=2, n=16, dt=0.05, substeps=2, spinup=0.5)
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
-    np.testing.assert_array_equal(advect_trajectories(1, 3, 4, n=16), advect_trajectories(1, 3, 4, n=16))
+    np.testing.assert_array_equal(
+        advect_trajectories(1, 3, 4, n=16), advect_trajectories(1, 3, 4, n=16)
+    )
 
 
 def test_kolmogorov_conserves_mean_vorticity_and_inviscid_invariants():
@@ -105,9 +128,20 @@ def test_coarse_graining_keeps_large_scales():
 
 
 def test_regional_datamodule_scores_only_the_interior():
-    data = GraphmetDataModule(native_resolution=24, grid=16, boundary=2, n_train=1, n_val=1,
-                              n_test=1, steps=5, modes=16, rollout_steps=1, val_steps=2,
-                              mesh_levels=2)  # fmt: skip
+    data = GraphmetDataModule(
+        native_resolution=24,
+        spinup=0.5,
+        grid=16,
+        boundary=2,
+        n_train=1,
+        n_val=1,
+        n_test=1,
+        steps=5,
+        modes=16,
+        rollout_steps=1,
+        val_steps=2,
+        mesh_levels=2,
+    )
     data.setup()
     assert data.graph.kind == "regional" and data.graph.interior.sum() == 12 * 12
     assert data.trajectories["train"].shape == (1, 5, 256, 2)

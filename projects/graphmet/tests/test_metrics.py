@@ -58,13 +58,18 @@ def test_spread_skill_by_hand():
 
 def test_spectrum_and_high_wavenumber_ratio():
     n = 16
-    y, x = torch.meshgrid(torch.arange(n) * 2 * torch.pi / n, torch.arange(n) * 2 * torch.pi / n,
-                          indexing="ij")  # fmt: skip
+    y, x = torch.meshgrid(
+        torch.arange(n) * 2 * torch.pi / n, torch.arange(n) * 2 * torch.pi / n, indexing="ij"
+    )
     low, high = torch.cos(2 * x), torch.cos(6 * x + 5 * y)  # |k| = 2 and sqrt(61) ~ 7.8
     spec = isotropic_spectrum(low + high)
     assert spec.argmax().item() in (2, 8) and spec[2] > 0 and spec[8] > 0
     assert spec.sum() == pytest.approx(((low + high) ** 2).sum().item(), rel=1e-5)  # Parseval
     truth = (low + high)[None, None, None]
     assert high_wavenumber_ratio(truth, truth, 4).item() == pytest.approx(1.0)
-    assert high_wavenumber_ratio(low[None, None, None], truth, 4).item() == pytest.approx(0, abs=1e-6)
-    assert high_wavenumber_ratio((low + 0.5 * high)[None, None, None], truth, 4).item() == pytest.approx(0.25)
+    assert high_wavenumber_ratio(low[None, None, None], truth, 4).item() == pytest.approx(
+        0, abs=1e-6
+    )
+    assert high_wavenumber_ratio(
+        (low + 0.5 * high)[None, None, None], truth, 4
+    ).item() == pytest.approx(0.25)

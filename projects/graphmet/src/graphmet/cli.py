@@ -71,18 +71,62 @@ def reproduce() -> None:
 def _settings(quick: bool) -> dict:
     """Sizes of the claim experiment (``quick``: seconds, same pipeline)."""
     if quick:
-        data = dict(native_resolution=32, grid=16, boundary=2, n_train=2, n_val=1, n_test=1,
-                    steps=16, modes=32, batch_size=4, val_steps=2)  # fmt: skip
-        return dict(data=data, control=dict(grid=16, modes=32, mesh_levels=2, n_train=2, n_val=1, n_test=1,
-                    steps=16, batch_size=4, val_steps=2), steps=4, control_steps=3, leads=6,
-                    stride=8, depths=[1, 2], main_depth=2, members=3, ens_samples=1, dim=16,
-                    rank=8)  # fmt: skip
-    return dict(data={}, control=dict(grid=24, modes=64), steps=500, control_steps=250,
-                leads=40, stride=30, depths=[1, 4, 8], main_depth=4, members=8, ens_samples=4,
-                dim=24, rank=16)  # fmt: skip
+        data = dict(
+            native_resolution=32,
+            spinup=1.0,
+            grid=16,
+            boundary=2,
+            n_train=2,
+            n_val=1,
+            n_test=1,
+            steps=16,
+            modes=32,
+            batch_size=4,
+            val_steps=2,
+        )
+        return dict(
+            data=data,
+            control=dict(
+                grid=16,
+                modes=32,
+                mesh_levels=2,
+                n_train=2,
+                n_val=1,
+                n_test=1,
+                steps=16,
+                batch_size=4,
+                val_steps=2,
+            ),
+            steps=4,
+            control_steps=3,
+            leads=6,
+            stride=8,
+            depths=[1, 2],
+            main_depth=2,
+            members=3,
+            ens_samples=1,
+            dim=16,
+            rank=8,
+        )
+    return dict(
+        data={},
+        control=dict(grid=24, modes=64),
+        steps=500,
+        control_steps=250,
+        leads=40,
+        stride=30,
+        depths=[1, 4, 8],
+        main_depth=4,
+        members=8,
+        ens_samples=4,
+        dim=24,
+        rank=16,
+    )
 
 
-def _fit(module: GraphmetModule, data: GraphmetDataModule, steps: int) -> tuple[GraphmetModule, float]:
+def _fit(
+    module: GraphmetModule, data: GraphmetDataModule, steps: int
+) -> tuple[GraphmetModule, float]:
     start = time.perf_counter()
     Trainer(
         max_steps=steps,
@@ -145,20 +189,30 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
     ens_windows = windows[: s["ens_samples"]]
     ensembles = {
         f"{main}_ic": ensemble_scores(models[main].net, ens_windows, s["members"], "ic", args.seed),
-        "graphmet_ic": ensemble_scores(models["graphmet"].net, ens_windows, s["members"], "ic", args.seed),
+        "graphmet_ic": ensemble_scores(
+            models["graphmet"].net, ens_windows, s["members"], "ic", args.seed
+        ),
         "graphmet_spectral": ensemble_scores(
             models["graphmet"].net, ens_windows, s["members"], "spectral", args.seed
         ),
-    }  # fmt: skip
+    }
 
     # The exactly linear control: any loss of activity or small-scale energy is the model's.
-    control = GraphmetDataModule(source="advect", domain="periodic", boundary=0, basis="fourier",
-                                 seed=args.seed, **s["control"])  # fmt: skip
+    control = GraphmetDataModule(
+        source="advect",
+        domain="periodic",
+        boundary=0,
+        basis="fourier",
+        seed=args.seed,
+        **s["control"],
+    )
     control.setup()
     c_windows = control.test_windows(s["leads"] + 1, s["stride"])
     control_results = {}
-    for name, kwargs in (("graphmet", dict(processor="graphmet")),
-                         (main, dict(processor="message_passing", depth=s["main_depth"]))):  # fmt: skip
+    for name, kwargs in (
+        ("graphmet", dict(processor="graphmet")),
+        (main, dict(processor="message_passing", depth=s["main_depth"])),
+    ):
         seed_everything(args.seed)
         module = GraphmetModule(modes=control.hparams.modes, dim=s["dim"], rank=s["rank"], **kwargs)
         module.attach_graph(control.graph)
@@ -175,8 +229,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
         "graphmet_activity_closer": abs(1 - gm["activity"][-1]) < abs(1 - gnn["activity"][-1]),
         "graphmet_r_hi_closer": abs(1 - gm["r_hi"][-1]) < abs(1 - gnn["r_hi"][-1]),
         "graphmet_long_lead_rmse_lower": gm["rmse"][last].mean() < gnn["rmse"][last].mean(),
-        "graphmet_cheaper_per_member": gm["seconds_per_step_member"] < gnn["seconds_per_step_member"],
-    }  # fmt: skip
+        "graphmet_cheaper_per_member": gm["seconds_per_step_member"]
+        < gnn["seconds_per_step_member"],
+    }
     checks = {k: bool(v) for k, v in checks.items()}
     holds = all(checks.values())
 
@@ -228,12 +283,22 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
         criterion=CRITERION,
         holds=holds,
         metrics=metrics,
-        config={"quick": args.quick, **{k: v for k, v in s.items() if k != "data"},
-                "data": dict(data.hparams)},  # fmt: skip
+        config={
+            "quick": args.quick,
+            **{k: v for k, v in s.items() if k != "data"},
+            "data": dict(data.hparams),
+        },
         seeds=[args.seed],
         wall_time_s=time.perf_counter() - start,
-        columns=["rmse_lead1", "rmse_long", "activity_last", "r_hi_last",
-                 "seconds_per_step_member", "crps_mean", "spread_skill_mean"],  # fmt: skip
+        columns=[
+            "rmse_lead1",
+            "rmse_long",
+            "activity_last",
+            "r_hi_last",
+            "seconds_per_step_member",
+            "crps_mean",
+            "spread_skill_mean",
+        ],
         headline=headline,
         notes="Checks: " + ", ".join(f"{k}={v}" for k, v in checks.items()),
         extra={"checks": checks},
@@ -244,20 +309,52 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
 def _plots(out: Path, results: dict, ensembles: dict, control: dict, main: str, leads: int):
     lead = list(range(1, leads + 1))
     shown = [k for k in results if k.startswith(("graphmet", "gnn", "persistence"))]
-    for key, label in (("rmse", "RMSE (standardised)"), ("activity", "activity (vorticity)"),
-                       ("r_hi", "small-scale energy ratio R_hi")):  # fmt: skip
-        line_plot(out / f"{key}_vs_lead.png", lead, {k: results[k][key].tolist() for k in shown},
-                  xlabel="lead (model steps)", ylabel=label, title="regional KolmoWeather")  # fmt: skip
+    for key, label in (
+        ("rmse", "RMSE (standardised)"),
+        ("activity", "activity (vorticity)"),
+        ("r_hi", "small-scale energy ratio R_hi"),
+    ):
+        line_plot(
+            out / f"{key}_vs_lead.png",
+            lead,
+            {k: results[k][key].tolist() for k in shown},
+            xlabel="lead (model steps)",
+            ylabel=label,
+            title="regional KolmoWeather",
+        )
     k = list(range(len(results["graphmet"]["spectrum_last"])))
     spectra = {"truth": results["graphmet"]["spectrum_truth_last"].tolist()}
     spectra.update({n: results[n]["spectrum_last"].tolist() for n in ("graphmet", main)})
-    line_plot(out / "spectra_last_lead.png", k[1:], {n: v[1:] for n, v in spectra.items()},
-              xlabel="wavenumber", ylabel="energy (vorticity)", logx=True,
-              title=f"spectra at lead {leads}")  # fmt: skip
-    line_plot(out / "latent_energy.png", lead,
-              {n: results[n]["latent_energy"].tolist() for n in shown if "latent_energy" in results[n]},
-              xlabel="rollout step", ylabel="latent Dirichlet energy", title="latent smoothing")  # fmt: skip
-    line_plot(out / "spread_skill.png", lead, {n: v["spread_skill"].tolist() for n, v in ensembles.items()},
-              xlabel="lead", ylabel="spread / skill", title="ensembles")  # fmt: skip
-    line_plot(out / "control_activity.png", lead, {n: v["activity"].tolist() for n, v in control.items()},
-              xlabel="lead", ylabel="activity", title="linear advection control")  # fmt: skip
+    line_plot(
+        out / "spectra_last_lead.png",
+        k[1:],
+        {n: v[1:] for n, v in spectra.items()},
+        xlabel="wavenumber",
+        ylabel="energy (vorticity)",
+        logx=True,
+        title=f"spectra at lead {leads}",
+    )
+    line_plot(
+        out / "latent_energy.png",
+        lead,
+        {n: results[n]["latent_energy"].tolist() for n in shown if "latent_energy" in results[n]},
+        xlabel="rollout step",
+        ylabel="latent Dirichlet energy",
+        title="latent smoothing",
+    )
+    line_plot(
+        out / "spread_skill.png",
+        lead,
+        {n: v["spread_skill"].tolist() for n, v in ensembles.items()},
+        xlabel="lead",
+        ylabel="spread / skill",
+        title="ensembles",
+    )
+    line_plot(
+        out / "control_activity.png",
+        lead,
+        {n: v["activity"].tolist() for n, v in control.items()},
+        xlabel="lead",
+        ylabel="activity",
+        title="linear advection control",
+    )

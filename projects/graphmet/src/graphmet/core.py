@@ -44,9 +44,17 @@ class GraphBuffers(nn.Module):
         super().__init__()
         self.num_mesh = len(graph.mesh_pos)
         for name in (
-            "grid_static", "mesh_static", "mesh_edges", "mesh_edge_attr", "g2m_edges",
-            "g2m_edge_attr", "m2g_edges", "m2g_edge_attr", "basis", "area_weight",
-        ):  # fmt: skip
+            "grid_static",
+            "mesh_static",
+            "mesh_edges",
+            "mesh_edge_attr",
+            "g2m_edges",
+            "g2m_edge_attr",
+            "m2g_edges",
+            "m2g_edge_attr",
+            "basis",
+            "area_weight",
+        ):
             self.register_buffer(name, torch.from_numpy(np.asarray(getattr(graph, name))), False)
         interior = torch.from_numpy(graph.interior.astype(np.float32))
         self.register_buffer("interior", interior[:, None], False)  # [G, 1]

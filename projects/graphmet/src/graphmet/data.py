@@ -153,6 +153,7 @@ class GraphmetDataModule(LightningDataModule):
         files: str = "*",
         variables: list[str] | None = None,
         native_resolution: int = 48,
+        spinup: float = 10.0,
         grid: int = 24,
         boundary: int = 3,
         n_train: int = 12,
@@ -187,11 +188,11 @@ class GraphmetDataModule(LightningDataModule):
             make = lambda: {"x": advect_trajectories(n_traj, h.steps, h.seed, n=h.grid)}  # noqa: E731
             return cached_generate("graphmet", config, make)["x"].astype(np.float32)
         config = {"kind": "kolmo", "version": 2, "n_traj": n_traj, "steps": h.steps, "seed": h.seed}
-        config.update(n=h.native_resolution, dt=0.05, substeps=8, spinup=10.0)
+        config.update(n=h.native_resolution, dt=0.05, substeps=8, spinup=h.spinup)
 
         def make():
             sim = kolmogorov_trajectories(
-                n_traj, h.steps, h.seed, n=h.native_resolution, dt=0.05, substeps=8, spinup=10.0
+                n_traj, h.steps, h.seed, n=h.native_resolution, dt=0.05, substeps=8, spinup=h.spinup
             )
             return {"x": sim.astype(np.float16)}
 
@@ -231,19 +232,22 @@ class GraphmetDataModule(LightningDataModule):
             if is_global(lat, lon):
                 self.graph = icosahedral_graph(lat, lon, h.icosahedral_refinements, h.modes)
             else:
-                self.graph = regional_graph(lat.shape + lon.shape, h.mesh_stride, h.mesh_levels,
-                                            h.modes, h.boundary)  # fmt: skip
+                self.graph = regional_graph(
+                    lat.shape + lon.shape, h.mesh_stride, h.mesh_levels, h.modes, h.boundary
+                )
         else:
             sim = self._simulated()
             a, b = h.n_train, h.n_train + h.n_val
             split = {"train": sim[:a], "val": sim[a:b], "test": sim[b:]}
             if h.domain == "regional":
-                self.graph = regional_graph((h.grid, h.grid), h.mesh_stride, h.mesh_levels,
-                                            h.modes, h.boundary)  # fmt: skip
+                self.graph = regional_graph(
+                    (h.grid, h.grid), h.mesh_stride, h.mesh_levels, h.modes, h.boundary
+                )
             else:
                 cells = h.grid // h.mesh_stride
-                self.graph = periodic_graph((h.grid, h.grid), cells, h.mesh_levels, h.modes,
-                                            h.basis)  # fmt: skip
+                self.graph = periodic_graph(
+                    (h.grid, h.grid), cells, h.mesh_levels, h.modes, h.basis
+                )
         self.grid_shape = split["train"].shape[-2:]
         self.stats = normalisation_stats(split["train"].reshape(-1, *split["train"].shape[2:]))
         self.trajectories = {k: self._normalise(v) for k, v in split.items()}

@@ -52,8 +52,16 @@ def deterministic_scores(
             predictions.append(prediction)
             energies.append(energy)
     prediction, truth = torch.cat(predictions), windows[:, 1:]
-    return score_fields(prediction, truth, climatology, model.graph.loss_weight, grid, boundary,
-                        variable, torch.cat(energies).mean(0) if energies else None)  # fmt: skip
+    return score_fields(
+        prediction,
+        truth,
+        climatology,
+        model.graph.loss_weight,
+        grid,
+        boundary,
+        variable,
+        torch.cat(energies).mean(0) if energies else None,
+    )
 
 
 def score_fields(prediction, truth, climatology, weight, grid, boundary, variable, energy=None):
@@ -111,14 +119,18 @@ def ensemble_scores(
             raise TypeError("the spectral ensemble scheme needs the Koopman processor")
         start = initial.repeat_interleave(members, 0)
         processor = model.processor
-        coefficients = processor.coefficients(model.encode(start, forcing[:, 0])[0],
-                                              model.graph.basis)  # fmt: skip
+        coefficients = processor.coefficients(
+            model.encode(start, forcing[:, 0])[0], model.graph.basis
+        )
         scale = coefficients.pow(2).mean((0, 2)).sqrt()[None, :, None]  # RMS per mode
-        coefficient_noise = coefficient_amplitude * scale * torch.randn(coefficients.shape, generator=gen)
+        coefficient_noise = (
+            coefficient_amplitude * scale * torch.randn(coefficients.shape, generator=gen)
+        )
         lam = processor.operator.eigenvalues()
         phase_noise = phase_amplitude * torch.randn((len(start), *lam.shape), generator=gen)
-        forecast, _ = model.rollout(start, forcing, {"coefficient_noise": coefficient_noise},
-                                    phase_noise=phase_noise)  # fmt: skip
+        forecast, _ = model.rollout(
+            start, forcing, {"coefficient_noise": coefficient_noise}, phase_noise=phase_noise
+        )
     else:
         raise ValueError(f"unknown ensemble scheme {scheme!r}")
     ens = forecast.unflatten(0, (len(initial), members))  # [S, M, T, G, C]
@@ -144,4 +156,7 @@ def inference_cost(model: GraphWeatherModel, windows: torch.Tensor, members: int
     for _ in range(repeats):
         model.step(state, forcing)
     seconds = (time.perf_counter() - start) / repeats / members
-    return {"seconds_per_step_member": seconds, "flops_per_step_member": counter.get_total_flops() / members}
+    return {
+        "seconds_per_step_member": seconds,
+        "flops_per_step_member": counter.get_total_flops() / members,
+    }

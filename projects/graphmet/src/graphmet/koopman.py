@@ -48,7 +48,7 @@ class KoopmanOperator(nn.Module):
 
     def eigenvalues(self, phase_noise: torch.Tensor | None = None) -> torch.Tensor:
         """Eq. K3: complex Lambda [pairs, r] (or [B, pairs, r] with per-member phase noise)."""
-        rho = torch.exp(-self.log_decay**2)
+        rho = torch.exp(-(self.log_decay**2))
         omega = self.frequency if phase_noise is None else self.frequency + phase_noise
         return torch.polar(rho.expand_as(omega), omega)
 
@@ -120,9 +120,7 @@ def geometry_loss(lift: torch.Tensor, lower: torch.Tensor) -> torch.Tensor:
     return (lift.T @ lift - eye).pow(2).sum() + (lower @ lift - eye).pow(2).sum()
 
 
-def dirichlet_energy(
-    mesh: torch.Tensor, edges: torch.Tensor, num_nodes: int
-) -> torch.Tensor:
+def dirichlet_energy(mesh: torch.Tensor, edges: torch.Tensor, num_nodes: int) -> torch.Tensor:
     """Latent smoothing diagnostic: Rayleigh quotient tr(H^T L H) / tr(H^T H) of the normalised
     Laplacian of the multi-mesh, per sample. mesh [B, M, d], edges [2, E] directed -> [B].
 

@@ -126,7 +126,9 @@ def lattice_multimesh(
     if cx % stride_max or cy % stride_max:
         raise ValueError(f"mesh cells {cells} must be divisible by 2^(levels-1) = {stride_max}")
     if periodic and min(cx, cy) // stride_max < 3:
-        raise ValueError(f"a periodic coarsest level needs >= 3 cells per side; lower levels ({levels})")
+        raise ValueError(
+            f"a periodic coarsest level needs >= 3 cells per side; lower levels ({levels})"
+        )
     nx, ny = (cx, cy) if periodic else (cx + 1, cy + 1)
     jj, ii = np.meshgrid(np.arange(ny), np.arange(nx), indexing="ij")
     pos = np.stack([ii.ravel(), jj.ravel()], axis=1).astype(np.float64)
@@ -258,8 +260,20 @@ def fourier_basis(nx: int, ny: int, modes: int) -> tuple[np.ndarray, np.ndarray]
 # ----------------------------------------------------------------------------- assembly
 
 
-def _assemble(kind, grid_pos, mesh_pos, level_faces, boxsize, grid_static, mesh_static, modes,
-              basis_kind, area_weight, interior, lattice_shape=None) -> WeatherGraph:  # fmt: skip
+def _assemble(
+    kind,
+    grid_pos,
+    mesh_pos,
+    level_faces,
+    boxsize,
+    grid_static,
+    mesh_static,
+    modes,
+    basis_kind,
+    area_weight,
+    interior,
+    lattice_shape=None,
+) -> WeatherGraph:
     level_edges = [faces_to_edges(f) for f in level_faces]
     all_edges = np.unique(np.concatenate(level_edges), axis=0)
     finest = level_edges[0]
@@ -322,10 +336,19 @@ def periodic_graph(
     mesh_pos = lattice * box / mesh_cells
     interior = np.ones(len(grid_pos), dtype=bool)
     return _assemble(
-        "periodic", grid_pos, mesh_pos, level_faces, box, _torus_features(grid_pos, box),
-        _torus_features(mesh_pos, box), modes, basis, np.ones(len(grid_pos)), interior,
+        "periodic",
+        grid_pos,
+        mesh_pos,
+        level_faces,
+        box,
+        _torus_features(grid_pos, box),
+        _torus_features(mesh_pos, box),
+        modes,
+        basis,
+        np.ones(len(grid_pos)),
+        interior,
         lattice_shape=(mesh_cells, mesh_cells),
-    )  # fmt: skip
+    )
 
 
 def regional_graph(
@@ -350,9 +373,18 @@ def regional_graph(
         return np.concatenate([centred, np.zeros_like(centred)], axis=1)
 
     return _assemble(
-        "regional", grid_pos, mesh_pos, level_faces, None, feats(grid_pos), feats(mesh_pos),
-        modes, "laplacian", np.ones(len(grid_pos)), interior,
-    )  # fmt: skip
+        "regional",
+        grid_pos,
+        mesh_pos,
+        level_faces,
+        None,
+        feats(grid_pos),
+        feats(mesh_pos),
+        modes,
+        "laplacian",
+        np.ones(len(grid_pos)),
+        interior,
+    )
 
 
 def latlon_to_xyz(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
@@ -370,7 +402,15 @@ def icosahedral_graph(lat: np.ndarray, lon: np.ndarray, refinements: int, modes:
     area = np.repeat(np.cos(np.deg2rad(lat)), len(lon)).clip(1e-3)
     pad = np.zeros((len(grid_pos), 1))
     return _assemble(
-        "icosahedral", grid_pos, mesh_pos, level_faces[::-1], None,
-        np.concatenate([grid_pos, pad], 1), np.concatenate([mesh_pos, np.zeros((len(mesh_pos), 1))], 1),
-        modes, "laplacian", area, np.ones(len(grid_pos), dtype=bool),
-    )  # fmt: skip
+        "icosahedral",
+        grid_pos,
+        mesh_pos,
+        level_faces[::-1],
+        None,
+        np.concatenate([grid_pos, pad], 1),
+        np.concatenate([mesh_pos, np.zeros((len(mesh_pos), 1))], 1),
+        modes,
+        "laplacian",
+        area,
+        np.ones(len(grid_pos), dtype=bool),
+    )

@@ -146,13 +146,17 @@ def coarse_grain(fields: np.ndarray, n_out: int) -> np.ndarray:
     """Spectral truncation of periodic fields [..., n, n] to [..., n_out, n_out]."""
     n = fields.shape[-1]
     f = torch.fft.rfft2(torch.from_numpy(fields).double())
-    keep = torch.cat([f[..., : n_out // 2, : n_out // 2 + 1], f[..., -n_out // 2 :, : n_out // 2 + 1]], -2)
+    keep = torch.cat(
+        [f[..., : n_out // 2, : n_out // 2 + 1], f[..., -n_out // 2 :, : n_out // 2 + 1]], -2
+    )
     keep[..., n_out // 2, :] = 0  # drop the Nyquist row, which has no partner
     keep[..., :, n_out // 2] = 0
     return (torch.fft.irfft2(keep, s=(n_out, n_out)) * (n_out / n) ** 2).float().numpy()
 
 
-def energy_and_enstrophy(w_hat: torch.Tensor, k2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def energy_and_enstrophy(
+    w_hat: torch.Tensor, k2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Kinetic energy sum |k|^2 |psi_hat|^2 and enstrophy sum |omega_hat|^2 (rfft weights)."""
     weight = torch.full_like(k2, 2.0)
     weight[:, 0] = 1
