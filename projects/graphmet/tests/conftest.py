@@ -5,8 +5,9 @@ import torch
 
 @pytest.fixture(autouse=True)
 def two_threads(tmp_path, monkeypatch):
-    """Tests run on 2 cores; generated data are cached in the test's own folder."""
-    torch.set_num_threads(2)
+    """Tests run on a shared 2-core machine (one thread: see cli.CPU_THREADS); generated data
+    are cached in the test's own folder."""
+    torch.set_num_threads(1)
     monkeypatch.setenv("PAPERS_CACHE_DIR", str(tmp_path / "cache"))
 
 
