@@ -106,7 +106,8 @@ def test_reproduce_quick_writes_the_results_record(tmp_path):
     metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_results(tmp_path / "claim.json")
     assert record["project"] == "graphmet" and record["metrics"].keys() == metrics.keys()
-    assert {"graphmet", "gnn1", "gnn2", "control_graphmet", "graphmet_spectral"} <= metrics.keys()
+    expected = {"graphmet", "gnn1", "gnn2", "control_graphmet", "graphmet_spectral"}
+    assert expected | {"graphmet_no_spectral_loss", "graphmet_channel_pairs"} <= metrics.keys()
     assert set(record["extra"]["checks"]) >= {
         "graphmet_long_lead_rmse_lower",
         "gnn_activity_decays",

@@ -169,6 +169,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
 
     runs = {"graphmet": dict(processor="graphmet")}
     runs.update({f"gnn{k}": dict(processor="message_passing", depth=k) for k in s["depths"]})
+    # GraphMet ablations: without the two-term spectral objective, and with channel pairing.
+    runs["graphmet_no_spectral_loss"] = dict(processor="graphmet", alpha=0.0)
+    runs["graphmet_channel_pairs"] = dict(processor="graphmet", pairing="channels")
     models, results, train_time = {}, {}, {}
     for name, kwargs in runs.items():
         seed_everything(args.seed)
