@@ -1,0 +1,1 @@
+"""GraphMet: a Koopman processor for graph weather models."""
