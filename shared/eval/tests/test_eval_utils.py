@@ -82,3 +82,30 @@ def test_plots_write_png_files(tmp_path):
     front = pareto_plot(tmp_path / "b.png", {"a": (1, 0.5), "b": (2, 0.9)}, xlabel="c", ylabel="s")
     for p in (png, front):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_git_revision_ignores_rewritten_results_but_not_code(tmp_path):
+    import subprocess
+
+    from papers_eval import git_revision
+
+    def git(*args):
+        subprocess.run(
+            ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "claim.json").write_text("{}")
+    (tmp_path / "core.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "init")
+    results = tmp_path / "results"
+    (results / "claim.json").write_text('{"rerun": true}')
+    assert not git_revision(results, ignore=results).endswith("+dirty")
+    assert git_revision(results).endswith("+dirty")
+    (tmp_path / "core.py").write_text("x = 2\n")
+    assert git_revision(results, ignore=results).endswith("+dirty")

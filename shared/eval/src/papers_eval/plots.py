@@ -23,6 +23,7 @@ def line_plot(
     ylabel: str,
     title: str = "",
     logx: bool = False,
+    logy: bool = False,
     bands: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
 ) -> Path:
     """One line per method over a shared x axis; optional (low, high) bands per method."""
@@ -34,6 +35,8 @@ def line_plot(
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     if logx:
         ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False, fontsize=8)

@@ -32,14 +32,21 @@ RESULTS_FIELDS = (
 )
 
 
-def git_revision(cwd: str | os.PathLike | None = None) -> str:
-    """``HEAD``'s commit hash, with ``+dirty`` when tracked files have uncommitted changes."""
+def git_revision(
+    cwd: str | os.PathLike | None = None, ignore: str | os.PathLike | None = None
+) -> str:
+    """``HEAD``'s commit hash, with ``+dirty`` when tracked files have uncommitted changes.
+
+    ``ignore`` (a folder) is left out of the check: a rerun rewriting ``results/`` is not a
+    code change.
+    """
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
         ).stdout.strip()
+        exclude = [f":(exclude){Path(ignore).resolve()}"] if ignore is not None else []
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", *exclude],
             cwd=cwd,
             capture_output=True,
             text=True,
@@ -116,7 +123,7 @@ def write_results(
         "metrics": metrics,
         "seeds": list(seeds),
         "config": config,
-        "git_revision": git_revision(out),
+        "git_revision": git_revision(out, ignore=out),
         "hardware": hardware_info(),
         "wall_time_s": round(float(wall_time_s), 1),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
