@@ -1,1 +1,35 @@
-"""placeholder"""
+"""Hardware choices every paper project makes the same way.
+
+- ``select_accelerator`` / ``select_precision`` / ``select_strategy`` / ``trainer_defaults``:
+  bf16-mixed on a GPU that supports it (fp16-mixed on older GPUs), 32-true on CPU, DDP when
+  several CUDA devices are visible.
+- ``seed_everything``: one call that seeds Python, NumPy and torch (and dataloader workers).
+- ``set_tf32``: the TF32 policy for matmuls and cuDNN convolutions on Ampere and newer GPUs.
+- ``PeakMemoryMonitor`` and ``throughput_monitor``: peak memory and samples/s in the logs.
+"""
+
+from papers_gpu.callbacks import PeakMemoryMonitor, infer_batch_size, throughput_monitor
+from papers_gpu.hardware import (
+    cuda_supports_bf16,
+    device_count,
+    seed_everything,
+    select_accelerator,
+    select_precision,
+    select_strategy,
+    set_tf32,
+    trainer_defaults,
+)
+
+__all__ = [
+    "PeakMemoryMonitor",
+    "cuda_supports_bf16",
+    "device_count",
+    "infer_batch_size",
+    "seed_everything",
+    "select_accelerator",
+    "select_precision",
+    "select_strategy",
+    "set_tf32",
+    "throughput_monitor",
+    "trainer_defaults",
+]

@@ -1,0 +1,174 @@
+"""The LightningCLI base every paper project's ``train`` uses.
+
+What it adds to ``lightning.pytorch.cli.LightningCLI``:
+- ``fit`` is inserted when no subcommand is given (``uv run train`` == ``uv run train fit``);
+- ``configs/default.yaml`` of the *project* (found from the module's file, never the working
+  directory) is always loaded first; any ``--config`` layers on top of it;
+- trainer defaults from ``papers_gpu`` (bf16-mixed on capable GPUs, 32-true on CPU, DDP on
+  several GPUs), run outputs under ``runs/<slug>/``, a rich progress bar, peak-memory logging and
+  a ``summary_rank<k>.json`` per process at the end of ``fit``;
+- ``save_config_kwargs={"overwrite": True}`` so reruns in the same folder do not fail;
+- user-facing errors (missing data, bad input) print one paragraph and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from papers_gpu import PeakMemoryMonitor, trainer_defaults
+
+from papers_cli.errors import UserError, user_errors
+from papers_cli.projects import find_project, project_dir_of
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+class RunSummary(Callback):
+    """Writes ``summary_rank<k>.json`` into the log folder when ``fit`` ends, on every rank:
+    world size, steps, final logged metrics, parameter count and shapes, wall time.
+
+    One file per process makes multi-process runs checkable: each rank must leave its own.
+    """
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Loggers pick their version folder per process; rank 0's choice is the run's folder.
+        folder = Path(trainer.strategy.broadcast(trainer.log_dir or trainer.default_root_dir))
+        folder.mkdir(parents=True, exist_ok=True)
+        summary = {
+            "global_rank": trainer.global_rank,
+            "world_size": trainer.world_size,
+            "strategy": type(trainer.strategy).__name__,
+            "precision": str(trainer.precision),
+            "global_step": trainer.global_step,
+            "epoch": trainer.current_epoch,
+            "metrics": {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
+            "num_parameters": sum(p.numel() for p in pl_module.parameters()),
+            "parameter_shapes": {n: list(p.shape) for n, p in pl_module.named_parameters()},
+            "wall_time_s": round(time.perf_counter() - self._start, 3),
+        }
+        path = folder / f"summary_rank{trainer.global_rank}.json"
+        path.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+class PapersArgumentParser(LightningArgumentParser):
+    """Prints a bad argument or config as a short paragraph instead of the full usage dump."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        print(
+            f"error: {message}\n"
+            "Check the flag or config key against `uv run train --help` (every option with its "
+            "default) and the project's configs/default.yaml; config files given with --config "
+            "must exist and hold keys of the same names.",
+            file=sys.stderr,
+        )
+        self.exit(2)
+
+
+class PapersCLI(LightningCLI):
+    """LightningCLI with the project's default config and the shared trainer defaults."""
+
+    def __init__(
+        self,
+        model_class: Any = None,
+        datamodule_class: Any = None,
+        *,
+        project_file: str | Path,
+        args: Sequence[str] | None = None,
+        trainer_defaults_override: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        project_dir = project_dir_of(project_file)
+        project = find_project(project_dir)
+        self.slug = project.slug if project else project_dir.name
+        default_config = project_dir / "configs" / "default.yaml"
+        if not default_config.is_file():
+            raise UserError(
+                f"The project's default config {default_config} is missing. Every project "
+                "ships configs/default.yaml (the CPU miniature); restore it from git or create it."
+            )
+        defaults = {
+            **trainer_defaults(),
+            "default_root_dir": str(Path("runs") / self.slug),
+            "callbacks": [RichProgressBar(leave=True), PeakMemoryMonitor(), RunSummary()],
+            **(trainer_defaults_override or {}),
+        }
+        parser_kwargs = {
+            name: {"default_config_files": [str(default_config)]} for name in SUBCOMMANDS
+        }
+        if args is not None:
+            args = _with_subcommand(list(args))
+        else:
+            sys.argv[1:] = _with_subcommand(sys.argv[1:])
+        super().__init__(
+            model_class,
+            datamodule_class,
+            trainer_defaults=defaults,
+            parser_kwargs=parser_kwargs,
+            save_config_kwargs={"overwrite": True},
+            parser_class=PapersArgumentParser,
+            args=args,
+            **kwargs,
+        )
+
+
+def _with_subcommand(argv: list[str]) -> list[str]:
+    """Insert ``fit`` unless the first argument already names a subcommand."""
+    return argv if argv and argv[0] in SUBCOMMANDS else ["fit", *argv]
+
+
+def cli_main(
+    model_class: Any = None,
+    datamodule_class: Any = None,
+    *,
+    project_file: str | Path,
+    args: Sequence[str] | None = None,
+    cli_class: type[PapersCLI] = PapersCLI,
+    **kwargs: Any,
+) -> PapersCLI:
+    """Run the project's LightningCLI (what ``uv run train`` calls). ``args=None`` reads argv.
+
+    ``cli_class`` may be a ``PapersCLI`` subclass (e.g. one whose ``add_arguments_to_parser``
+    links data and model sizes). Extra keyword arguments go to ``LightningCLI``
+    (e.g. ``subclass_mode_model=True``).
+    """
+    with user_errors():
+        return cli_class(
+            model_class, datamodule_class, project_file=project_file, args=args, **kwargs
+        )
+
+
+def reproduce_parser(description: str, *, project_file: str | Path) -> argparse.ArgumentParser:
+    """The flags every ``reproduce`` shares; add project-specific ones to the returned parser.
+
+    ``--quick``: a seconds-long run of the same pipeline (tests use it); ``--seed`` / ``--seeds``;
+    ``--out``: where ``claim.json``, ``claim.md`` and plots go (default: the project's results/).
+    """
+    parser = argparse.ArgumentParser(prog="reproduce", description=description)
+    parser.add_argument("--quick", action="store_true", help="tiny budget, same pipeline")
+    parser.add_argument("--seed", type=int, default=0, help="seed of a single-seed run")
+    parser.add_argument("--seeds", type=int, nargs="+", help="several seeds (overrides --seed)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=project_dir_of(project_file) / "results",
+        help="output folder for claim.json, claim.md and plots",
+    )
+    return parser

@@ -1,0 +1,110 @@
+import numpy as np
+import pytest
+from papers_data import (
+    DATA_ROOT_ENV,
+    DatasetNotFoundError,
+    cached_generate,
+    config_hash,
+    load_mnist_5k,
+    load_sklearn_digits,
+    read_idx,
+    require_files,
+    resolve_data_root,
+    seeded_split,
+    write_idx,
+)
+
+
+def test_data_root_from_argument_then_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
+    assert resolve_data_root(tmp_path, "mnist") == tmp_path
+    (tmp_path / "mnist").mkdir()
+    monkeypatch.setenv(DATA_ROOT_ENV, str(tmp_path))
+    assert resolve_data_root(None, "mnist") == tmp_path / "mnist"
+
+
+def test_missing_root_error_says_what_to_do(monkeypatch):
+    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
+    with pytest.raises(DatasetNotFoundError) as info:
+        resolve_data_root(None, "mnist", expected=["train-images-idx3-ubyte.gz"], how_to_get="X")
+    message = str(info.value)
+    assert "--data.root" in message and DATA_ROOT_ENV in message
+    assert "train-images-idx3-ubyte.gz" in message and "synthetic" in message
+    assert info.value.user_facing
+
+
+def test_require_files_lists_the_missing_ones(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"x")
+    with pytest.raises(DatasetNotFoundError, match="Missing: b.bin"):
+        require_files(tmp_path, "demo", ["a.bin", "b.bin"])
+    assert require_files(tmp_path, "demo", ["a.bin"]) == {"a.bin": tmp_path / "a.bin"}
+
+
+@pytest.mark.parametrize("name", ["images-idx3-ubyte", "images-idx3-ubyte.gz"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32])
+def test_idx_round_trip(tmp_path, name, dtype):
+    array = (np.arange(2 * 3 * 4) * 7 % 251).astype(dtype).reshape(2, 3, 4)
+    path = write_idx(tmp_path / name, array)
+    back = read_idx(path)
+    assert back.shape == (2, 3, 4) and back.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(back, array)
+
+
+def test_idx_reader_parses_hand_written_mnist_header(tmp_path):
+    # The header as the MNIST page documents it: magic 0x00000803, then 3 big-endian dims.
+    payload = bytes(range(2 * 2 * 3))
+    raw = bytes([0, 0, 8, 3]) + (2).to_bytes(4, "big") + (2).to_bytes(4, "big")
+    raw += (3).to_bytes(4, "big") + payload
+    (tmp_path / "f").write_bytes(raw)
+    np.testing.assert_array_equal(read_idx(tmp_path / "f").ravel(), np.arange(12))
+
+
+def test_idx_reader_rejects_bad_files(tmp_path):
+    (tmp_path / "bad").write_bytes(b"PK\x03\x04junk")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(tmp_path / "bad")
+    write_idx(tmp_path / "short", np.zeros((4, 4), np.uint8))
+    (tmp_path / "short").write_bytes((tmp_path / "short").read_bytes()[:-3])
+    with pytest.raises(ValueError, match="truncated"):
+        read_idx(tmp_path / "short")
+
+
+def test_seeded_split_is_disjoint_and_deterministic():
+    a = seeded_split(100, (0.7, 0.2), seed=3)
+    b = seeded_split(100, (0.7, 0.2), seed=3)
+    assert [len(p) for p in a] == [70, 20]
+    assert not set(a[0]) & set(a[1])
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not np.array_equal(a[0], seeded_split(100, (0.7, 0.2), seed=4)[0])
+    with pytest.raises(ValueError):
+        seeded_split(10, (0.8, 0.5), seed=0)
+
+
+def test_cached_generate_calls_the_generator_once_per_config(tmp_path):
+    calls = []
+
+    def generate():
+        calls.append(1)
+        return {"x": np.arange(5) * len(calls)}
+
+    first = cached_generate("toy", {"n": 5, "seed": 0}, generate, tmp_path)
+    again = cached_generate("toy", {"seed": 0, "n": 5}, generate, tmp_path)
+    other = cached_generate("toy", {"n": 5, "seed": 1}, generate, tmp_path)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(first["x"], again["x"])
+    assert not np.array_equal(first["x"], other["x"])
+    assert config_hash({"a": 1, "b": 2}) == config_hash({"b": 2, "a": 1})
+    assert not list((tmp_path / "toy").glob("*.tmp.npz"))
+
+
+def test_bundled_mnist_5k_is_real_and_balanced():
+    images, labels = load_mnist_5k()
+    assert images.shape == (5000, 28, 28) and images.dtype == np.uint8
+    assert np.bincount(labels).tolist() == [500] * 10
+    assert images.max() == 255 and 0.08 < (images > 127).mean() < 0.2  # strokes, mostly background
+
+
+def test_bundled_sklearn_digits():
+    images, labels = load_sklearn_digits()
+    assert images.shape == (1797, 8, 8) and images.min() >= 0.0 and images.max() <= 1.0
+    assert set(labels.tolist()) == set(range(10))

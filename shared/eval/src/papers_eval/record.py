@@ -1,0 +1,156 @@
+"""The results record every ``reproduce`` writes: ``claim.json`` and ``claim.md``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from papers_eval.table import markdown_table
+
+RESULTS_FIELDS = (
+    "project",
+    "experiment",
+    "claim",
+    "criterion",
+    "holds",
+    "metrics",
+    "seeds",
+    "config",
+    "git_revision",
+    "hardware",
+    "wall_time_s",
+    "command",
+    "created",
+)
+
+
+def git_revision(cwd: str | os.PathLike | None = None) -> str:
+    """``HEAD``'s commit hash, with ``+dirty`` when tracked files have uncommitted changes."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")
+
+
+def hardware_info() -> dict[str, Any]:
+    """What the numbers were measured on: CPU, core count, GPU, and library versions."""
+    import torch
+
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+    }
+    return info
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types; NaN/inf become None so the file stays strict JSON."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
+        return _jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def write_results(
+    out_dir: str | os.PathLike,
+    *,
+    project: str,
+    experiment: str,
+    claim: str,
+    criterion: str,
+    holds: bool,
+    metrics: Mapping[str, Mapping[str, Any]],
+    config: Mapping[str, Any],
+    seeds: Sequence[int],
+    wall_time_s: float,
+    columns: Sequence[str] | None = None,
+    notes: str = "",
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``claim.json`` (the record) and ``claim.md`` (the table) to ``out_dir``.
+
+    ``metrics`` maps method -> metric -> value (a float, or ``{"mean", "ci"}``); ``criterion``
+    says in words and thresholds how ``holds`` was decided. Git revision, hardware, command and
+    time stamp are filled in here so no project forgets them.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "project": project,
+        "experiment": experiment,
+        "claim": claim,
+        "criterion": criterion,
+        "holds": bool(holds),
+        "metrics": metrics,
+        "seeds": list(seeds),
+        "config": config,
+        "git_revision": git_revision(out),
+        "hardware": hardware_info(),
+        "wall_time_s": round(float(wall_time_s), 1),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    if extra:
+        record["extra"] = extra
+    path = out / "claim.json"
+    path.write_text(json.dumps(_jsonable(record), indent=2) + "\n")
+    hw = record["hardware"]
+    device = ", ".join(hw["cuda_devices"]) or f"CPU ({hw['cpu_count']} cores)"
+    md = [
+        f"# {project}: {experiment}",
+        "",
+        f"**Claim.** {claim}",
+        "",
+        f"**Criterion.** {criterion}",
+        "",
+        f"**Holds in this run:** {'yes' if holds else 'no'}",
+        "",
+        markdown_table(metrics, columns),
+        "",
+        f"Command: `{record['command']}`; seeds {list(seeds)}; {device}; "
+        f"torch {hw['torch']}; wall time {record['wall_time_s']} s; "
+        f"git {record['git_revision']}.",
+    ]
+    if notes:
+        md += ["", notes]
+    (out / "claim.md").write_text("\n".join(md) + "\n")
+    return path
+
+
+def load_results(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a ``claim.json`` and check it has every field of the record."""
+    record = json.loads(Path(path).read_text())
+    missing = [f for f in RESULTS_FIELDS if f not in record]
+    if missing:
+        raise ValueError(f"{path} is not a results record; missing fields: {missing}")
+    return record
