@@ -7,8 +7,6 @@ import struct
 import numpy as np
 import pytest
 from papers_data import DatasetNotFoundError
-from scipy.optimize import linear_sum_assignment
-
 from permflow.data import (
     MNIST_FILES,
     PermutationDataModule,
@@ -20,6 +18,7 @@ from permflow.data import (
     save_slap,
     validate_costs,
 )
+from scipy.optimize import linear_sum_assignment
 
 LABELS = np.repeat(np.arange(10), 5)  # a toy pool: 5 images per class
 
@@ -149,7 +148,7 @@ def test_bundled_mnist_pools_are_disjoint_and_sequences_well_formed():
     dm.setup()
     train, test = dm.splits["train"], dm.splits["test"]
     flat = train.images.flatten(1)
-    assert train.images.shape[1:] == (1, 14, 14) and 0 <= flat.min() and flat.max() <= 1
+    assert train.images.shape[1:] == (1, 14, 14) and flat.min() >= 0 and flat.max() <= 1
     train_rows = {row.numpy().tobytes() for row in flat}
     assert not any(row.numpy().tobytes() in train_rows for row in test.images.flatten(1))
     batch = next(iter(dm.train_dataloader()))

@@ -12,6 +12,9 @@ Notation (rows = items, columns = ranks / assigned items; ``J = 1 1^T``, ``H = I
         (independent coupling: k* uniform over V(c), the ablation)
     (6) x_t = (1 - t) x0 + t x1,   u = x1 - x0                 interpolant and target velocity
     (7) L = || Pi(v_theta(x_t, t, c)) - u ||_F^2 / n^2         CFM loss (Pi dropped in the ablation)
+        Endpoint parameterisation (option): the network predicts x1_hat and
+        v = (x1_hat - x_t) / (1 - t); then Pi(v) - u = Pi(x1_hat - x1) / (1 - t), and we train on
+        || Pi(x1_hat - x1) ||^2 / n^2, Eq. (7) reweighted by (1 - t)^2: same minimiser E[x1 | x_t].
     (8) x <- x + h Pi(v(x, t))                                 Euler step;  Heun: average the
         x <- x + h/2 [Pi(v(x, t)) + Pi(v(x', t + h))]          slopes at x and the Euler guess x'
     (9) P = argmax_{P in S_n} <x_1, P>                         Hungarian decode = nearest
@@ -71,8 +74,8 @@ def nearest_target_coupling(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. (5): pick the valid permutation nearest to x0 in Frobenius norm.
 
-    ``||x0 - P||^2 = ||x0||^2 - 2<x0, P> + n`` for every permutation P, so nearest = argmax <x0, P>.
-    x0: [B, n, n]; targets: [B, K, n, n] (only the first ``num_valid[b]`` are valid); num_valid: [B].
+    ``||x0 - P||^2 = ||x0||^2 - 2<x0, P> + n`` for every permutation P, so nearest = argmax
+    <x0, P>. x0: [B, n, n]; targets: [B, K, n, n], of which the first ``num_valid[b]`` are valid.
     Returns x1 [B, n, n] and the chosen index [B].
     """
     scores = (x0.unsqueeze(1) * targets).sum(dim=(-2, -1))  # [B, K]
@@ -107,6 +110,20 @@ def cfm_loss(v_pred: torch.Tensor, x0: torch.Tensor, x1: torch.Tensor, project: 
     if project:
         v_pred = tangent_project(v_pred)
     return (v_pred - target_velocity(x0, x1)).pow(2).mean()
+
+
+def endpoint_loss(x1_pred: torch.Tensor, x1: torch.Tensor, project: bool = True) -> torch.Tensor:
+    """Eq. (7) in endpoint form: || Pi(x1_hat - x1) ||^2 / n^2 (the (1-t)^2-weighted CFM loss)."""
+    error = x1_pred - x1
+    return (tangent_project(error) if project else error).pow(2).mean()
+
+
+def velocity_from_endpoint(
+    x1_pred: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor, min_gap: float = 1e-3
+) -> torch.Tensor:
+    """Eq. (7) endpoint form: v = (x1_hat - x_t) / (1 - t), with 1 - t floored at ``min_gap``."""
+    gap = (1 - t).clamp(min=min_gap).view(-1, 1, 1)  # [B, 1, 1]
+    return (x1_pred - x_t) / gap
 
 
 def integrate(

@@ -5,10 +5,11 @@
     one clean item of class c with a < c < b and no other item with value in [a, b]; reading the
     blend as a or as b gives exactly two sorted orders (adjacent-rank transposes). Train and test
     sequences draw on disjoint image pools. perm[i] = rank of item i (ascending).
-(B) Symmetric linear assignment (SLAP): C = (A + A^T)/2, A_ij ~ U(0, 1), minimise sum_i C[i, pi(i)].
-    cost(pi) = cost(pi^-1) for symmetric C; the optimal set is every permutation obtained by inverting
-    any subset of the optimum's cycles of length >= 3, so instances whose optimum has exactly one
-    such cycle have exactly the two optima {pi, pi^-1}; only those are kept.
+(B) Symmetric linear assignment (SLAP): C = (A + A^T)/2, A_ij ~ U(0, 1), minimise
+    sum_i C[i, pi(i)]. cost(pi) = cost(pi^-1) for symmetric C; the optimal set is every permutation
+    obtained by inverting any subset of the optimum's cycles of length >= 3, so instances whose
+    optimum has exactly one such cycle have exactly the two optima {pi, pi^-1}; only those are
+    kept.
 """
 
 from pathlib import Path
@@ -128,7 +129,7 @@ def load_image_pools(source: str, data_root: str | None, image_size: int, seed: 
             dataset="mnist",
             expected=list(MNIST_FILES.values()),
             how_to_get="download the four MNIST IDX .gz files (yann.lecun.com/exdb/mnist or a "
-            "mirror) and put them in this folder, or pass --data.data_root",
+            "mirror) and put them in this folder, or pass --data.root",
         )
         arrays = {key: read_idx(paths[name]) for key, name in MNIST_FILES.items()}
         return (
@@ -272,7 +273,7 @@ class PermutationDataModule(L.LightningDataModule):
         num_test: int = 1000,
         ambiguous_fraction: float = 0.5,
         image_source: str = "mnist_5k",
-        data_root: str | None = None,
+        root: str | None = None,
         image_size: int = 14,
         slap_file: str | None = None,
         batch_size: int = 128,
@@ -291,7 +292,7 @@ class PermutationDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.task == "sorting":
             train_img, train_lab, test_img, test_lab = load_image_pools(
-                hp.image_source, hp.data_root, hp.image_size, hp.seed
+                hp.image_source, hp.root, hp.image_size, hp.seed
             )
             sizes = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}
             for offset, (split, size) in enumerate(sizes.items()):

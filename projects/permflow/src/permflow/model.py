@@ -14,7 +14,8 @@ METHODS = ("permflow", "sinkhorn", "gumbel_sinkhorn")
 class PermutationModel(L.LightningModule):
     """One module for every method; only the objective and the sampler differ.
 
-    method: ``permflow`` (flow matching, Eq. 4-9 of core), ``sinkhorn`` (deterministic Sinkhorn
+    method: ``permflow`` (flow matching, Eq. 4-9 of core; ``prediction`` picks the velocity or
+    the endpoint parameterisation of the same field), ``sinkhorn`` (deterministic Sinkhorn
     network) or ``gumbel_sinkhorn``. decode (baselines only): ``noiseless`` Hungarian(L) or
     ``noisy`` Hungarian(L + g) per sample.
     """
@@ -32,6 +33,7 @@ class PermutationModel(L.LightningModule):
         sigma: float = 0.5,
         coupling: str = "nearest",
         project: bool = True,
+        prediction: str = "velocity",
         time_sampling: str = "uniform",
         sampler: str = "euler",
         steps: int = 20,
@@ -49,6 +51,7 @@ class PermutationModel(L.LightningModule):
             ("task", task, ("sorting", "slap")),
             ("method", method, METHODS),
             ("coupling", coupling, ("nearest", "independent")),
+            ("prediction", prediction, ("velocity", "endpoint")),
             ("time_sampling", time_sampling, ("uniform", "logit_normal")),
             ("sampler", sampler, ("euler", "heun")),
             ("decode", decode, ("noiseless", "noisy")),
@@ -113,8 +116,10 @@ class PermutationModel(L.LightningModule):
             else:
                 x1, _ = core.independent_coupling(targets, num_valid)
             t = self.sample_time(b)
-            velocity = self.net(feats, core.interpolate(x0, x1, t), t)
-            return core.cfm_loss(velocity.float(), x0, x1, project=hp.project)
+            output = self.net(feats, core.interpolate(x0, x1, t), t).float()
+            if hp.prediction == "endpoint":
+                return core.endpoint_loss(output, x1, project=hp.project)
+            return core.cfm_loss(output, x0, x1, project=hp.project)
         # Baselines see one valid permutation, drawn uniformly: the single label of a sample.
         label, _ = core.independent_coupling(targets, num_valid)
         logits = self.net(feats).float()
@@ -151,8 +156,15 @@ class PermutationModel(L.LightningModule):
         if hp.method == "permflow":
             repeated = feats.repeat_interleave(num_samples, dim=0)  # [B*m, ...]
             x0 = core.sample_base(b * num_samples, n, hp.sigma, generator, self.device)
+
+            def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+                output = self.net(repeated, x, t).to(x.dtype)
+                if hp.prediction == "endpoint":
+                    return core.velocity_from_endpoint(output, x, t)
+                return output
+
             x1 = core.integrate(
-                lambda x, t: self.net(repeated, x, t),
+                velocity,
                 x0,
                 steps=steps or hp.steps,
                 method=sampler or hp.sampler,
