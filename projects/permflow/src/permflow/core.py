@@ -15,6 +15,8 @@ Notation (rows = items, columns = ranks / assigned items; ``J = 1 1^T``, ``H = I
         Endpoint parameterisation (option): the network predicts x1_hat and
         v = (x1_hat - x_t) / (1 - t); then Pi(v) - u = Pi(x1_hat - x1) / (1 - t), and we train on
         || Pi(x1_hat - x1) ||^2 / n^2, Eq. (7) reweighted by (1 - t)^2: same minimiser E[x1 | x_t].
+        Since rows of x1 are one-hot, x1_hat may also be a row-softmax trained with row-wise
+        cross-entropy, another proper scoring rule whose minimiser is again E[x1 | x_t, c].
     (8) x <- x + h Pi(v(x, t))                                 Euler step;  Heun: average the
         x <- x + h/2 [Pi(v(x, t)) + Pi(v(x', t + h))]          slopes at x and the Euler guess x'
     (9) P = argmax_{P in S_n} <x_1, P>                         Hungarian decode = nearest
@@ -116,6 +118,11 @@ def endpoint_loss(x1_pred: torch.Tensor, x1: torch.Tensor, project: bool = True)
     """Eq. (7) in endpoint form: || Pi(x1_hat - x1) ||^2 / n^2 (the (1-t)^2-weighted CFM loss)."""
     error = x1_pred - x1
     return (tangent_project(error) if project else error).pow(2).mean()
+
+
+def endpoint_cross_entropy(logits: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
+    """Eq. (7), softmax endpoint form: -sum_ij x1_ij log softmax_j(logits)_ij / n."""
+    return -(x1 * torch.log_softmax(logits, dim=-1)).sum(dim=(-2, -1)).mean() / x1.shape[-1]
 
 
 def velocity_from_endpoint(

@@ -119,7 +119,7 @@ def load_image_pools(source: str, data_root: str | None, image_size: int, seed: 
     if source == "mnist_5k":
         images, labels = load_mnist_5k()
         train_idx, test_idx = seeded_split(len(labels), fractions=(0.8, 0.2), seed=seed)
-        images = downsample(torch.as_tensor(images), image_size)
+        images = downsample(torch.from_numpy(np.array(images)), image_size)
         labels = np.asarray(labels, dtype=np.int64)
         return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
     if source == "idx":

@@ -15,7 +15,8 @@ class PermutationModel(L.LightningModule):
     """One module for every method; only the objective and the sampler differ.
 
     method: ``permflow`` (flow matching, Eq. 4-9 of core; ``prediction`` picks the velocity or
-    the endpoint parameterisation of the same field), ``sinkhorn`` (deterministic Sinkhorn
+    an endpoint parameterisation of the same field: linear with the projected MSE, or row-softmax
+    with cross-entropy), ``sinkhorn`` (deterministic Sinkhorn
     network) or ``gumbel_sinkhorn``. decode (baselines only): ``noiseless`` Hungarian(L) or
     ``noisy`` Hungarian(L + g) per sample.
     """
@@ -30,7 +31,7 @@ class PermutationModel(L.LightningModule):
         heads: int = 4,
         image_dim: int = 64,
         channels: tuple[int, ...] = (16, 32),
-        sigma: float = 0.5,
+        sigma: float = 1.0,
         coupling: str = "nearest",
         project: bool = True,
         prediction: str = "velocity",
@@ -51,8 +52,8 @@ class PermutationModel(L.LightningModule):
             ("task", task, ("sorting", "slap")),
             ("method", method, METHODS),
             ("coupling", coupling, ("nearest", "independent")),
-            ("prediction", prediction, ("velocity", "endpoint")),
-            ("time_sampling", time_sampling, ("uniform", "logit_normal")),
+            ("prediction", prediction, ("velocity", "endpoint", "endpoint_softmax")),
+            ("time_sampling", time_sampling, ("uniform", "logit_normal", "early")),
             ("sampler", sampler, ("euler", "heun")),
             ("decode", decode, ("noiseless", "noisy")),
         ):
@@ -99,6 +100,8 @@ class PermutationModel(L.LightningModule):
     def sample_time(self, batch_size: int) -> torch.Tensor:
         if self.hparams.time_sampling == "logit_normal":
             return torch.sigmoid(torch.randn(batch_size, device=self.device))
+        if self.hparams.time_sampling == "early":  # density 1/(2 sqrt t): the input is most
+            return torch.rand(batch_size, device=self.device) ** 2  # informative at small t
         return torch.rand(batch_size, device=self.device)
 
     # ------------------------------------------------------------------ objectives
@@ -119,6 +122,8 @@ class PermutationModel(L.LightningModule):
             output = self.net(feats, core.interpolate(x0, x1, t), t).float()
             if hp.prediction == "endpoint":
                 return core.endpoint_loss(output, x1, project=hp.project)
+            if hp.prediction == "endpoint_softmax":
+                return core.endpoint_cross_entropy(output, x1)
             return core.cfm_loss(output, x0, x1, project=hp.project)
         # Baselines see one valid permutation, drawn uniformly: the single label of a sample.
         label, _ = core.independent_coupling(targets, num_valid)
@@ -161,6 +166,8 @@ class PermutationModel(L.LightningModule):
                 output = self.net(repeated, x, t).to(x.dtype)
                 if hp.prediction == "endpoint":
                     return core.velocity_from_endpoint(output, x, t)
+                if hp.prediction == "endpoint_softmax":
+                    return core.velocity_from_endpoint(output.softmax(dim=-1), x, t)
                 return output
 
             x1 = core.integrate(
@@ -212,10 +219,6 @@ class PermutationModel(L.LightningModule):
         optimizer = torch.optim.AdamW(
             self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
-        schedule = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer,
-            self.hparams.lr,
-            total_steps=max(int(self.trainer.estimated_stepping_batches), 1),
-            pct_start=0.05,
-        )
+        total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
