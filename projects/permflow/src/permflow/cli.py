@@ -25,7 +25,7 @@ TASK_CONFIGS = {"sorting": [], "slap": ["slap.yaml"]}
 # The claim's training budget per task, identical for every method. It is smaller than the configs'
 # own max_steps so that all eight runs fit in about 15 minutes on 2 (shared) CPU cores.
 BUDGET = {
-    "sorting": ["--trainer.max_steps=500", "--data.num_test=500"],
+    "sorting": ["--trainer.max_steps=1500", "--data.num_test=500"],
     "slap": ["--trainer.max_steps=400", "--data.batch_size=48", "--data.num_test=300"],
 }
 # run name -> (config files layered over default.yaml, evaluations: label -> sampling overrides)
