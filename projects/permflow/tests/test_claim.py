@@ -1,10 +1,11 @@
 import pytest
-from permflow.cli import reproduce
+
+from permflow.cli import run_claim_experiment
 
 
 @pytest.mark.slow
 def test_claim_holds_in_the_miniature(tmp_path):
-    metrics = reproduce(["--out", str(tmp_path)])
+    metrics = run_claim_experiment(["--out", str(tmp_path)])
     for task in ("sorting", "slap"):
         flow, sink = metrics[f"{task}: permflow"], metrics[f"{task}: sinkhorn"]
         assert flow["both_modes"] >= 0.8 and sink["both_modes"] <= 0.05

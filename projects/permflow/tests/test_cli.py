@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from papers_eval import load_results
-from permflow.cli import main, reproduce
+from permflow.cli import run_claim_experiment, train
 from permflow.model import PermutationModel
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -20,13 +21,13 @@ CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
 def test_every_config_parses(config, capsys):
     with pytest.raises(SystemExit) as info:
-        main(["fit", "--config", str(config), "--print_config"])
+        train(["fit", "--config", str(config), "--print_config"])
     assert info.value.code == 0, capsys.readouterr().err
 
 
 def test_slap_with_baseline_layers_configs(capsys):
     with pytest.raises(SystemExit):
-        main(
+        train(
             [
                 "--config",
                 str(PROJECT / "configs/slap.yaml"),
@@ -40,13 +41,13 @@ def test_slap_with_baseline_layers_configs(capsys):
 
 
 def test_train_fast_dev_run_through_the_cli(tiny_args):
-    cli = main([*tiny_args, "--trainer.fast_dev_run=1"])
+    cli = train([*tiny_args, "--trainer.fast_dev_run=1"])
     assert cli.trainer.state.finished and cli.trainer.global_step == 1
 
 
 @pytest.mark.parametrize("method", ["sinkhorn", "gumbel_sinkhorn"])
 def test_baselines_train_on_slap_through_the_cli(tiny_args, method):
-    cli = main(
+    cli = train(
         [
             *tiny_args,
             f"--config={PROJECT / 'configs/slap.yaml'}",
@@ -59,8 +60,8 @@ def test_baselines_train_on_slap_through_the_cli(tiny_args, method):
 
 
 def test_same_seed_same_metrics(tiny_args):
-    first = main([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
-    again = main([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
+    first = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
+    again = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
     for key in ("train/loss", "val/valid_rate", "val/unambiguous_accuracy"):
         assert first[key].item() == again[key].item()
 
@@ -107,7 +108,7 @@ def test_model_rejects_mismatched_and_bad_inputs():
 def test_missing_mnist_root_exits_2_with_a_message(tiny_args, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("PAPERS_DATA_ROOT", raising=False)
     with pytest.raises(SystemExit) as info:
-        main([*tiny_args, "--data.image_source=idx", f"--data.root={tmp_path / 'missing'}"])
+        train([*tiny_args, "--data.image_source=idx", f"--data.root={tmp_path / 'missing'}"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "mnist" in err and "Traceback" not in err
@@ -136,7 +137,7 @@ def test_two_process_ddp_run_finishes_on_both_ranks(tiny_args, tmp_path):
 
 
 def test_reproduce_quick_writes_the_results_record(tmp_path):
-    metrics = reproduce(["--quick", "--out", str(tmp_path)])
+    metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_results(tmp_path / "claim.json")
     assert record["project"] == "permflow" and record["metrics"].keys() == metrics.keys()
     assert {"sorting: permflow", "slap: sinkhorn", "sorting: gumbel_sinkhorn (noisy)"} <= set(

@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+
 from permflow import baselines, core
 from permflow.networks import AxialNet, SortingNet
 

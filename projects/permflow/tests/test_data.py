@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 import pytest
+from scipy.optimize import linear_sum_assignment
+
 from papers_data import DatasetNotFoundError
 from permflow.data import (
     MNIST_FILES,
@@ -18,7 +20,6 @@ from permflow.data import (
     save_slap,
     validate_costs,
 )
-from scipy.optimize import linear_sum_assignment
 
 LABELS = np.repeat(np.arange(10), 5)  # a toy pool: 5 images per class
 

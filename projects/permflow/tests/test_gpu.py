@@ -1,11 +1,12 @@
 import torch
+
 from papers_gpu.testing import run_if
-from permflow.cli import main
+from permflow.cli import train
 
 
 @run_if(min_cuda_gpus=1, bf16_cuda=True)
 def test_bf16_mixed_training_step(tiny_args):
-    cli = main(
+    cli = train(
         [
             *tiny_args,
             "--trainer.accelerator=gpu",

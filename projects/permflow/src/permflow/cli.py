@@ -11,9 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
 from papers_cli import PapersCLI, cli_main, reproduce_parser  # noqa: E402
 from papers_eval import line_plot, write_results  # noqa: E402
-
 from permflow.data import PermutationDataModule  # noqa: E402
 from permflow.evaluate import evaluate  # noqa: E402
 from permflow.model import PermutationModel  # noqa: E402
@@ -64,7 +64,7 @@ class PermFlowCLI(PapersCLI):
         parser.link_arguments("data.task", "model.task")
 
 
-def main(args: list[str] | None = None) -> PapersCLI:
+def train(args: list[str] | None = None) -> PapersCLI:
     """``uv run train``: PermFlow on task A by default; any config in configs/ layers on top."""
     return cli_main(
         PermutationModel,
@@ -130,7 +130,7 @@ def plot_ambiguous_orders(path: Path, model, datamodule, num_sequences: int = 6)
     plt.close(fig)
 
 
-def reproduce(argv: list[str] | None = None) -> dict:
+def run_claim_experiment(argv: list[str] | None = None) -> dict:
     """PermFlow recovers both valid permutations on ambiguous inputs where Sinkhorn collapses."""
     parser = reproduce_parser(reproduce.__doc__ or "", project_file=__file__)
     args = parser.parse_args(argv)
@@ -264,3 +264,13 @@ def claim_verdicts(metrics: dict[str, dict]) -> tuple[bool, dict[str, bool]]:
             ok = ok and flow["unambiguous_accuracy"] >= best - 0.05
         verdicts[task] = bool(ok)
     return all(verdicts.values()), verdicts
+
+
+def main() -> None:
+    """Console entry point of `uv run train` (and of the unique `permflow` script)."""
+    train()
+
+
+def reproduce() -> None:
+    """Console entry point of `uv run reproduce`."""
+    run_claim_experiment()

@@ -19,6 +19,9 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
+from torch.utils.data import DataLoader, Dataset
+
 from papers_data import (
     load_mnist_5k,
     read_idx,
@@ -26,8 +29,6 @@ from papers_data import (
     resolve_data_root,
     seeded_split,
 )
-from scipy.optimize import linear_sum_assignment
-from torch.utils.data import DataLoader, Dataset
 
 MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte.gz",
