@@ -231,12 +231,30 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
         seeds=[seed],
         wall_time_s=time.perf_counter() - start,
         columns=COLUMNS,
+        headline=headline(metrics),
         notes="Per-task verdicts: "
         + "; ".join(f"{k}: {'holds' if v else 'fails'}" for k, v in verdicts.items())
         + ". Rows '<method>, k steps' are the evaluation-only step sweep of trained flows.",
         extra={"verdicts": verdicts, "both_modes_curves": curves},
     )
     return metrics
+
+
+def headline(metrics: dict[str, dict]) -> str:
+    """One line of the key numbers for the root README's table."""
+    parts = []
+    for task in TASK_CONFIGS:
+        flow, sinkhorn = metrics.get(f"{task}: permflow"), metrics.get(f"{task}: sinkhorn")
+        if flow and sinkhorn:
+            both = f"{flow['both_modes']:.2f} (Sinkhorn {sinkhorn['both_modes']:.2f})"
+            text = f"{task}: both modes {both}"
+            if "unambiguous_accuracy" in flow:
+                text += (
+                    f", unambiguous acc. {flow['unambiguous_accuracy']:.2f} "
+                    f"(Sinkhorn {sinkhorn['unambiguous_accuracy']:.2f})"
+                )
+            parts.append(text)
+    return "; ".join(parts)
 
 
 CRITERION = (
