@@ -1,17 +1,14 @@
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from graphmet.cli import run_claim_experiment, train
+from papers_cli.testing import run_ddp_train
 from papers_eval import load_results
 
 PROJECT = Path(__file__).resolve().parents[1]
-TRAIN = Path(sys.executable).with_name("train")
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
 
 
@@ -66,23 +63,7 @@ def test_short_run_lowers_the_loss(tiny_args):
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     single = tmp_path / "single"
     train([*tiny_args, f"--trainer.default_root_dir={single}"])
-    ddp = tmp_path / "ddp"
-    result = subprocess.run(
-        [
-            str(TRAIN),
-            *tiny_args,
-            f"--trainer.default_root_dir={ddp}",
-            "--trainer.devices=2",
-            "--trainer.strategy=ddp",
-        ],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PL_DISABLE_FORK": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [json.loads((ddp / f"summary_rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")
     reference = json.loads((single / "summary_rank0.json").read_text())
     assert [r["world_size"] for r in ranks] == [2, 2]
     for summary in ranks:

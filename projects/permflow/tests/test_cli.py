@@ -1,20 +1,16 @@
 """The real entry points: config parsing, training through LightningCLI, DDP, reproduce."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from papers_cli.testing import run_ddp_train
 from papers_eval import load_results
 from permflow.cli import run_claim_experiment, train
 from permflow.model import PermutationModel
 
 PROJECT = Path(__file__).resolve().parents[1]
-TRAIN = Path(sys.executable).with_name("train")
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
 
 
@@ -115,23 +111,7 @@ def test_missing_mnist_root_exits_2_with_a_message(tiny_args, tmp_path, capsys, 
 
 
 def test_two_process_ddp_run_finishes_on_both_ranks(tiny_args, tmp_path):
-    ddp = tmp_path / "ddp"
-    result = subprocess.run(
-        [
-            str(TRAIN),
-            *tiny_args,
-            f"--trainer.default_root_dir={ddp}",
-            "--trainer.devices=2",
-            "--trainer.strategy=ddp",
-        ],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PL_DISABLE_FORK": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [json.loads((ddp / f"summary_rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert all(r["strategy"] == "DDPStrategy" and r["global_step"] == 6 for r in ranks)
 

@@ -130,3 +130,10 @@ def test_throughput_is_logged(project):
     )
     metrics = (Path(cli.trainer.log_dir) / "metrics.csv").read_text().splitlines()[0]
     assert "samples_per_sec" in metrics and "peak_memory_mb" in metrics
+
+
+def test_run_ddp_train_reports_a_failed_run(project, tmp_path):
+    from papers_cli.testing import run_ddp_train
+
+    with pytest.raises(AssertionError, match="DDP train failed"):
+        run_ddp_train(project, [], tmp_path / "ddp", timeout=120)  # `demo` is not installed
