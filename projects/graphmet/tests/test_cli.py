@@ -63,13 +63,9 @@ def test_short_run_lowers_the_loss(tiny_args):
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     single = tmp_path / "single"
     train([*tiny_args, f"--trainer.default_root_dir={single}"])
-    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")
     reference = json.loads((single / "summary_rank0.json").read_text())
-    assert [r["world_size"] for r in ranks] == [2, 2]
-    for summary in ranks:
-        assert summary["strategy"] == "DDPStrategy"
-        assert summary["parameter_shapes"] == reference["parameter_shapes"]
-        assert summary["metrics"].keys() == reference["metrics"].keys()
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
+    assert len(ranks) == 2
 
 
 def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):

@@ -48,13 +48,9 @@ def test_training_recovers_the_target_risk(tiny_args):
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     single = tmp_path / "single"
     train([*tiny_args, f"--trainer.default_root_dir={single}"])
-    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")
     reference = json.loads((single / "summary_rank0.json").read_text())
-    assert [r["world_size"] for r in ranks] == [2, 2]
-    for summary in ranks:
-        assert summary["strategy"] == "DDPStrategy"
-        assert summary["parameter_shapes"] == reference["parameter_shapes"]
-        assert summary["metrics"].keys() == reference["metrics"].keys()
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
+    assert len(ranks) == 2
     # Sharded E-steps with all-reduced L-BFGS steps: both ranks hold the same estimate.
     for key in ("train/source_loglik", "val/gamma", "val/timely_risk"):
         assert ranks[0]["metrics"][key] == ranks[1]["metrics"][key]

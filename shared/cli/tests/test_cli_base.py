@@ -137,3 +137,21 @@ def test_run_ddp_train_reports_a_failed_run(project, tmp_path):
 
     with pytest.raises(AssertionError, match="DDP train failed"):
         run_ddp_train(project, [], tmp_path / "ddp", timeout=120)  # `demo` is not installed
+
+
+def test_check_summaries_catches_ranks_that_differ():
+    from papers_cli.testing import check_summaries
+
+    good = {
+        "world_size": 2,
+        "strategy": "DDPStrategy",
+        "parameter_shapes": {"w": [2, 3]},
+        "metrics": {"loss": 1.0},
+    }
+    check_summaries([good, good], devices=2, reference=good)
+    with pytest.raises(AssertionError, match="ran"):
+        check_summaries([{**good, "world_size": 1}], devices=2)
+    with pytest.raises(AssertionError, match="parameter shapes"):
+        check_summaries([{**good, "parameter_shapes": {"w": [3, 3]}}], 2, reference=good)
+    with pytest.raises(AssertionError, match="logged"):
+        check_summaries([{**good, "metrics": {}}], 2, reference=good)

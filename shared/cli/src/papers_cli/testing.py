@@ -1,10 +1,12 @@
 """Test helper for paper projects: a real multi-process run of `train`.
 
-    summaries = run_ddp_train(PROJECT, [*tiny_args], tmp_path / "ddp")
-    assert [s["world_size"] for s in summaries] == [2, 2]
+    reference = json.loads((single_run_dir / "summary_rank0.json").read_text())
+    summaries = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
 
 It runs the workspace's `train` console script (the same dispatcher a user runs) from the project
-folder as a CPU DDP job (gloo backend) and returns each rank's ``summary_rank<k>.json``.
+folder as a CPU DDP job (gloo backend), checks that every rank finished under DDP, optionally that
+each rank trained the same model and logged the same metrics as a single-process run, and returns
+each rank's ``summary_rank<k>.json``.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ def run_ddp_train(
     root_dir: str | os.PathLike,
     devices: int = 2,
     timeout: float = 300,
+    reference: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``train <args>`` as a ``devices``-process DDP job on CPU; return every rank's summary.
 
-    Raises AssertionError with the tail of stderr when the run fails or a rank left no summary.
+    Raises AssertionError (with the tail of stderr) when the run fails, a rank left no summary or
+    did not run under DDP with ``devices`` processes, or, given a single-process ``reference``
+    summary, when a rank's parameter shapes or logged metric names differ from it.
     """
     root_dir = Path(root_dir)
     command = [
@@ -52,4 +57,25 @@ def run_ddp_train(
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise AssertionError(f"ranks left no summary: {missing}\n{result.stderr[-3000:]}")
-    return [json.loads(p.read_text()) for p in paths]
+    summaries = [json.loads(p.read_text()) for p in paths]
+    check_summaries(summaries, devices, reference)
+    return summaries
+
+
+def check_summaries(
+    summaries: Sequence[dict[str, Any]], devices: int, reference: dict[str, Any] | None = None
+) -> None:
+    """Every rank ran under DDP with ``devices`` processes and, given a single-process
+    ``reference``, trained the same parameter shapes and logged the same metric names."""
+    for rank, summary in enumerate(summaries):
+        if summary["world_size"] != devices or summary["strategy"] != "DDPStrategy":
+            raise AssertionError(f"rank {rank} ran {summary['strategy']} x{summary['world_size']}")
+        if reference is None:
+            continue
+        if summary["parameter_shapes"] != reference["parameter_shapes"]:
+            raise AssertionError(f"rank {rank} trained other parameter shapes than the reference")
+        if summary["metrics"].keys() != reference["metrics"].keys():
+            raise AssertionError(
+                f"rank {rank} logged {sorted(summary['metrics'])}, "
+                f"the reference {sorted(reference['metrics'])}"
+            )
