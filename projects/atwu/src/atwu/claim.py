@@ -285,12 +285,14 @@ def plots(out: Path, runs: dict[str, list[dict]], reference: dict) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5), dpi=120)
-    for method, method_runs in runs.items():
+    colours = plt.cm.tab20(np.linspace(0, 1, 20))
+    for index, (method, method_runs) in enumerate(runs.items()):
         style = "-" if method == "atwu" else ("--" if method in SAMPLE_LEVEL else ":")
         ax.plot(
             [r["model_utility"] for r in method_runs],
             [max(r["forget_quality"], 1e-30) for r in method_runs],
             style, marker="o", markersize=3, label=method, lw=2 if method == "atwu" else 1,
+            color="black" if method == "atwu" else colours[(2 * index) % 20 + index // 10],
         )  # fmt: skip
     for name, metrics in reference.items():
         ax.scatter(
