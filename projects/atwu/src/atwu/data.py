@@ -259,9 +259,9 @@ def _qa(templates: tuple[str, str], fill: dict, value: str, wrong: list[str], su
     """Fill a (question, answer) template; perturbed answers put wrong values in the same answer.
 
     The "paraphrased" answer of the truth ratio is the trained phrasing itself: a tiny model
-    trained from scratch does not carry a fact over to an unseen phrasing (measured: with unseen
-    paraphrases the full model preferred the true answer only weakly, retain truth score 0.28), so
-    an unseen paraphrase would measure template familiarity instead of knowledge.
+    trained from scratch does not carry a fact over to an unseen phrasing (in a first run with
+    unseen paraphrases the full model preferred the true answer only weakly even on retain
+    authors), so an unseen paraphrase would measure template familiarity instead of knowledge.
     """
     question, answer = (t.format(**fill, v="{v}") for t in templates)
     start = answer.index("{v}")
