@@ -26,7 +26,6 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from faker import Faker
 from lightning.pytorch import LightningDataModule
@@ -501,10 +500,3 @@ class UnlearningDataModule(LightningDataModule):
 
     def val_dataloader(self):
         return self.loader(self.forget_set, 64, False)
-
-
-def relevance_fraction(dataset: EncodedQA) -> float:
-    """Share of answer tokens inside ground-truth forget-relevant spans."""
-    labels = np.concatenate([np.array(e["labels"]) != -100 for e in dataset.examples])
-    relevant = np.concatenate([np.array(e["relevance"]) for e in dataset.examples])
-    return float(relevant[labels].mean())

@@ -120,7 +120,8 @@ class UnlearningModule(LightningModule):
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model = None
-        self.retain_model_ratios = None  # set by `reproduce` to get forget quality in validation
+        # The retain model's forget-set truth ratios; when set, validation logs forget quality.
+        self.retain_model_ratios = None
 
     # ------------------------------------------------------------------ building
 
