@@ -1,0 +1,1 @@
+"""Alternating Token-Weighted Unlearning."""

@@ -1,0 +1,181 @@
+r"""Alternating Token-Weighted Unlearning (ATWU): the method in pure torch (no Lightning, no I/O).
+
+Notation. A forget batch of answers ``a`` given questions ``q``; answer token t has log-probability
+``log p_t(theta) = log p_theta(a_t | q, a_<t)`` and a mask ``m_t`` (1 on answer tokens). The retain
+objective is the NLL of a retain batch R::
+
+    L_r(theta) = -1/|R| sum_{t in R} log p_t(theta)                                   (Eq. 1)
+
+Per-token forget losses (minimising them forgets the token)::
+
+    GA:   l_t = log p_t(theta)                                                      (Eq. 2a)
+    NPO:  l_t = -(2/beta) log sigmoid(-beta (log p_t(theta) - log p_t(theta_ref)))   (Eq. 2b)
+
+Forget relevance through the retain interaction. A descent step ``-eta grad l_t`` on token t
+changes the retain loss by ``-eta <grad L_r, grad l_t>``, so the first-order conflict score::
+
+    c_t = < grad_theta l_t , grad_theta L_r >                                          (Eq. 3)
+
+is positive when forgetting t also lowers (or leaves) the retain loss and negative when it
+conflicts with it. All c_t of a batch come from ONE forward-mode pass: the Jacobian-vector product
+of the per-token loss vector ``l(theta)`` along the tangent ``g_r = grad L_r``.
+
+Scorer. A linear map over detached hidden states ``h_t`` (no external labels)::
+
+    s_t = psi^T sg(h_t) + b,      w_t = sigmoid(s_t)                                  (Eq. 4)
+
+fitted to the batch's conflict-derived relevance targets (within-batch standardised, so the
+target is scale free)::
+
+    y_t = sigmoid(z(c)_t / tau),   z(c)_t = (c_t - mean_m c) / std_m c                 (Eq. 5)
+    L_psi = BCE(s_t, y_t) averaged over answer tokens                                 (Eq. 6)
+
+Fixed forgetting budget. Weights are rescaled per batch so that their mean over answer tokens is
+a fixed budget B (default 1), so they can neither collapse to zero nor grow::
+
+    wbar_t = B * w_t / mean_m(w)                                                      (Eq. 7)
+
+Model step (scorer fixed, weights detached) with the retain term weighted by lambda::
+
+    L_theta = sum_t m_t wbar_t l_t / sum_t m_t + lambda L_r(theta)                     (Eq. 8)
+
+Alternation: at every step the scorer takes a step on Eq. 6 with the conflict scores of the
+current parameters, and the model takes a step on Eq. 8 with the scorer's weights; both come out
+of one backward pass (the weights used by the model step are those of the scorer before its
+update, i.e. a one-step-lagged alternation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def answer_logprobs(
+    logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p_t of every label under next-token logits, and the answer mask (labels != -100).
+
+    logits [B, T, V], labels [B, T] -> (logp [B, T-1], mask [B, T-1]); position j scores label j+1.
+    """
+    targets = labels[:, 1:]
+    mask = targets != -100
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    logp = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return logp * mask, mask.float()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum(values * mask) / sum(mask), the token average used by every loss here."""
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def retain_nll(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 1: mean negative log-likelihood of the retain answer tokens."""
+    return -masked_mean(logp, mask)
+
+
+def ga_token_loss(logp: torch.Tensor) -> torch.Tensor:
+    """Eq. 2a: gradient-ascent token loss l_t = log p_t (minimising it lowers p_t)."""
+    return logp
+
+
+def npo_token_loss(logp: torch.Tensor, ref_logp: torch.Tensor, beta: float) -> torch.Tensor:
+    """Eq. 2b: token-level NPO, -(2/beta) log sigmoid(-beta (log p_t - log p_ref_t)).
+
+    Bounded below by 0 and saturating once p_t << p_ref_t, so forgotten tokens stop pulling.
+    """
+    return -(2.0 / beta) * F.logsigmoid(-beta * (logp - ref_logp))
+
+
+def forget_token_loss(
+    kind: str, logp: torch.Tensor, ref_logp: torch.Tensor | None, beta: float
+) -> torch.Tensor:
+    """Eq. 2a or 2b by name ('ga' or 'npo')."""
+    if kind == "ga":
+        return ga_token_loss(logp)
+    if kind == "npo":
+        if ref_logp is None:
+            raise ValueError("the NPO token loss needs the reference model's log-probabilities")
+        return npo_token_loss(logp, ref_logp, beta)
+    raise ValueError(f"forget loss must be 'ga' or 'npo', got {kind!r}")
+
+
+def conflict_scores(
+    token_losses: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    params: dict[str, torch.Tensor],
+    retain_grad: dict[str, torch.Tensor],
+) -> torch.Tensor:
+    """Eq. 3 for every token at once: c = J_l(theta) g_r, one forward-mode pass (JVP).
+
+    ``token_losses(params)`` returns the per-token forget losses [B, T] of a functional model call;
+    ``retain_grad`` holds grad_theta L_r for the same parameter names. Returns c [B, T].
+    """
+    primals = {name: params[name].detach() for name in retain_grad}
+    tangents = {name: retain_grad[name].detach() for name in retain_grad}
+    _, scores = torch.func.jvp(token_losses, (primals,), (tangents,))
+    return scores
+
+
+def standardise(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """z(c) of Eq. 5: zero mean, unit variance over the masked tokens (0 elsewhere)."""
+    mean = masked_mean(values, mask)
+    std = masked_mean((values - mean) ** 2, mask).sqrt()
+    return (values - mean) / (std + eps) * mask
+
+
+def relevance_targets(scores: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Eq. 5: y_t = sigmoid(z(c)_t / tau) in (0, 1); high where forgetting helps retention."""
+    return torch.sigmoid(standardise(scores, mask) / temperature) * mask
+
+
+class RelevanceScorer(nn.Module):
+    """Eq. 4: the linear scorer s_t = psi^T sg(h_t) + b over (detached) hidden states.
+
+    Initialised at zero, so every token starts with the same weight (sample-level unlearning).
+    """
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, T, D] -> logits s [B, T] (the hidden states are detached here)."""
+        return self.linear(hidden.detach().float()).squeeze(-1)
+
+
+def scorer_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 6: binary cross-entropy of the scorer's logits against the relevance targets."""
+    losses = F.binary_cross_entropy_with_logits(logits, targets.detach(), reduction="none")
+    return masked_mean(losses, mask)
+
+
+def normalise_budget(
+    weights: torch.Tensor, mask: torch.Tensor, budget: float = 1.0
+) -> torch.Tensor:
+    """Eq. 7: wbar = B * w / mean_m(w), so the mean weight over answer tokens is exactly B."""
+    weights = weights.clamp(min=0) * mask
+    return budget * weights / masked_mean(weights, mask).clamp(min=1e-12)
+
+
+def weighted_forget_loss(
+    token_loss: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """First term of Eq. 8: sum_t m_t wbar_t l_t / sum_t m_t (weights are treated as constants)."""
+    return masked_mean(weights.detach() * token_loss, mask)
+
+
+def atwu_objective(
+    token_loss: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor,
+    retain_loss: torch.Tensor,
+    retain_weight: float,
+) -> torch.Tensor:
+    """Eq. 8: the token-weighted forget loss plus lambda times the retain loss."""
+    return weighted_forget_loss(token_loss, weights, mask) + retain_weight * retain_loss

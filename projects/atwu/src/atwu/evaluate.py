@@ -1,0 +1,201 @@
+r"""The TOFU evaluation chain (teacher-forced probabilities, greedy generations, statistics).
+
+For a question q and answer a, ``P(a|q)^(1/|a|) = exp(mean_t log p_t)`` is the length-normalised
+answer probability. Per item (TOFU, open-unlearning ``truth_ratio``)::
+
+    R = mean_k P(a~_k|q)^(1/|a~_k|) / P(a_para|q)^(1/|a_para|)     (perturbed vs paraphrased)
+
+- forget quality: the two-sample KS test p-value between the unlearned model's R on the forget set
+  and the retain-only model's R (``scipy.stats.ks_2samp``); high = indistinguishable from a model
+  that never saw the forget data;
+- forget truth ratio score: mean min(R, 1/R); utility truth ratio score: mean max(0, 1 - R);
+- answer probability: retain set P(a|q)^(1/|a|); world facts normalised over the options,
+  P(a) / (P(a) + sum_k P(a~_k));
+- ROUGE-L recall of the greedy answer against the reference (``rouge-score``);
+- model utility: the harmonic mean of {probability, ROUGE-L, truth ratio score} on the retain set
+  and on world facts (and on real authors when the data have them);
+- span alignment: AUROC and AUPRC of a method's token weights against the ground-truth
+  forget-relevant token mask (``sklearn``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from rouge_score import rouge_scorer
+from scipy import stats
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from atwu.core import answer_logprobs
+from atwu.data import PROMPT, QAItem, collate, encode_qa
+
+_ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+
+
+@torch.no_grad()
+def mean_token_logprob(
+    model, tokenizer, questions: list[str], answers: list[str], batch_size: int = 64
+) -> np.ndarray:
+    """mean_t log p_t of each answer given its question (teacher forcing) -> [N]."""
+    device = next(model.parameters()).device
+    out = []
+    for start in range(0, len(questions), batch_size):
+        examples = [
+            encode_qa(tokenizer, q, a)
+            for q, a in zip(
+                questions[start : start + batch_size],
+                answers[start : start + batch_size],
+                strict=True,
+            )
+        ]
+        batch = collate(examples, tokenizer.pad_token_id)
+        logits = model(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+        ).logits
+        logp, mask = answer_logprobs(logits, batch["labels"].to(device))
+        out.append(((logp * mask).sum(-1) / mask.sum(-1)).cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def truth_ratios(model, tokenizer, items: list[QAItem]) -> np.ndarray:
+    """R per item: mean perturbed normalised probability over the paraphrased one."""
+    questions = [it.question for it in items]
+    para = np.exp(
+        mean_token_logprob(model, tokenizer, questions, [it.paraphrased_answer for it in items])
+    )
+    k = min(len(it.perturbed_answers) for it in items)
+    pert = np.stack(
+        [
+            np.exp(
+                mean_token_logprob(
+                    model, tokenizer, questions, [it.perturbed_answers[j] for it in items]
+                )
+            )
+            for j in range(k)
+        ]
+    )
+    return pert.mean(0) / np.maximum(para, 1e-30)
+
+
+def forget_truth_score(ratios: np.ndarray) -> float:
+    """Forget-set truth ratio score: mean min(R, 1/R) (1 = no preference for the truth)."""
+    return float(np.mean(np.minimum(ratios, 1.0 / np.maximum(ratios, 1e-30))))
+
+
+def utility_truth_score(ratios: np.ndarray) -> float:
+    """Utility truth ratio score: mean max(0, 1 - R) (1 = the truth is strongly preferred)."""
+    return float(np.mean(np.maximum(0.0, 1.0 - ratios)))
+
+
+def forget_quality(unlearned_ratios: np.ndarray, retain_ratios: np.ndarray) -> float:
+    """KS-test p-value between the truth-ratio samples of the unlearned and the retain model."""
+    return float(stats.ks_2samp(unlearned_ratios, retain_ratios).pvalue)
+
+
+def answer_probability(model, tokenizer, items: list[QAItem], over_options: bool) -> float:
+    """Mean P(a|q)^(1/|a|); with ``over_options`` normalised against the perturbed answers."""
+    questions = [it.question for it in items]
+    correct = np.exp(mean_token_logprob(model, tokenizer, questions, [it.answer for it in items]))
+    if not over_options:
+        return float(correct.mean())
+    k = min(len(it.perturbed_answers) for it in items)
+    wrong = sum(
+        np.exp(
+            mean_token_logprob(
+                model, tokenizer, questions, [it.perturbed_answers[j] for it in items]
+            )
+        )
+        for j in range(k)
+    )
+    return float(np.mean(correct / (correct + wrong)))
+
+
+@torch.no_grad()
+def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int = 32) -> list[str]:
+    """Greedy decoding of each answer (left-padded batch through ``generate``)."""
+    device = next(model.parameters()).device
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    prompts = [PROMPT.format(question=q) for q in questions]
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    tokenizer.padding_side = side
+    generated = model.generate(
+        input_ids=encoded["input_ids"].to(device),
+        attention_mask=encoded["attention_mask"].to(device),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    new_tokens = generated[:, encoded["input_ids"].shape[1] :]
+    return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+
+
+def rouge_l_recall(predictions: list[str], references: list[str]) -> np.ndarray:
+    """ROUGE-L recall of each prediction against its reference."""
+    return np.array(
+        [
+            _ROUGE.score(ref, pred)["rougeL"].recall
+            for pred, ref in zip(predictions, references, strict=True)
+        ]
+    )
+
+
+def harmonic_mean(values: list[float]) -> float:
+    """Model utility aggregate; 0 when any component is 0 (as TOFU's harmonic mean)."""
+    values = np.asarray(values, dtype=float)
+    return 0.0 if np.any(values <= 0) else float(stats.hmean(values))
+
+
+def span_alignment(weights: np.ndarray, relevant: np.ndarray) -> dict[str, float]:
+    """AUROC and AUPRC of token weights against the ground-truth forget-relevant mask."""
+    weights, relevant = np.asarray(weights, float).ravel(), np.asarray(relevant, int).ravel()
+    if relevant.min() == relevant.max():
+        raise ValueError("span alignment needs both relevant and irrelevant tokens")
+    return {
+        "auroc": float(roc_auc_score(relevant, weights)),
+        "auprc": float(average_precision_score(relevant, weights)),
+    }
+
+
+def utility_components(
+    model, tokenizer, name: str, items: list[QAItem], over_options: bool
+) -> dict:
+    """Probability, ROUGE-L recall and truth ratio score of one utility set."""
+    generated = greedy_answers(model, tokenizer, [it.question for it in items])
+    return {
+        f"{name}_prob": answer_probability(model, tokenizer, items, over_options),
+        f"{name}_rouge": float(rouge_l_recall(generated, [it.answer for it in items]).mean()),
+        f"{name}_truth": utility_truth_score(truth_ratios(model, tokenizer, items)),
+    }
+
+
+def evaluate_unlearning(
+    model,
+    tokenizer,
+    forget: list[QAItem],
+    utility_sets: dict[str, tuple[list[QAItem], bool]],
+    retain_model_ratios: np.ndarray | None = None,
+) -> tuple[dict[str, float], np.ndarray]:
+    """The whole chain for one model -> (metrics, its forget-set truth ratios).
+
+    ``utility_sets`` maps a name to (items, normalise probability over options).
+    """
+    was_training = model.training
+    model.eval()
+    ratios = truth_ratios(model, tokenizer, forget)
+    generated = greedy_answers(model, tokenizer, [it.question for it in forget])
+    metrics = {
+        "forget_rouge": float(rouge_l_recall(generated, [it.answer for it in forget]).mean()),
+        "forget_prob": answer_probability(model, tokenizer, forget, over_options=False),
+        "forget_truth": forget_truth_score(ratios),
+    }
+    components = {}
+    for name, (items, over_options) in utility_sets.items():
+        components.update(utility_components(model, tokenizer, name, items, over_options))
+    metrics.update(components)
+    metrics["model_utility"] = harmonic_mean(list(components.values()))
+    if retain_model_ratios is not None:
+        metrics["forget_quality"] = forget_quality(ratios, retain_model_ratios)
+    model.train(was_training)
+    return metrics, ratios

@@ -1,0 +1,371 @@
+"""LightningModule: fine-tune a causal LM until it memorises, then unlearn with one method.
+
+One ``fit`` has two phases, switched by the step counter: ``finetune_steps`` steps of NLL on the
+fine-tuning data (skipped when ``pretrained`` points at an already fine-tuned checkpoint), then
+unlearning with ``method`` until ``trainer.max_steps``. Optimisation is manual because ATWU's step
+computes a retain gradient and a forward-mode JVP before the single backward of the step.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningModule
+from torch.func import functional_call
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from atwu import baselines as B
+from atwu.core import (
+    RelevanceScorer,
+    answer_logprobs,
+    atwu_objective,
+    conflict_scores,
+    forget_token_loss,
+    normalise_budget,
+    relevance_targets,
+    retain_nll,
+    scorer_loss,
+)
+from atwu.evaluate import evaluate_unlearning, span_alignment
+from papers_cli import UserError
+
+SAMPLE_LEVEL = ("ga", "graddiff", "npo", "simnpo")
+PROBABILITY_WEIGHTED = ("wga", "satimp")
+SCORER_METHODS = ("atwu", "atwu_random_features")
+CONFLICT_METHODS = (*SCORER_METHODS, "atwu_raw_conflict")
+# Methods that weight the per-token forget loss of Eq. 2 (ATWU, its ablations, the annotators).
+TOKEN_WEIGHTED = (*CONFLICT_METHODS, "atwu_uniform", "annotator_heuristic", "annotator_oracle")
+METHODS = (*TOKEN_WEIGHTED, *PROBABILITY_WEIGHTED, *SAMPLE_LEVEL)
+
+
+def build_causal_lm(
+    vocab_size: int,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    max_positions: int,
+    pad_token_id: int,
+    eos_token_id: int,
+):
+    """A tiny Llama from a config (eager attention: forward-mode AD has no CPU SDPA rule)."""
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=eos_token_id,
+    )
+    return AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+
+
+def load_pretrained(path: str):
+    """A causal LM from a local folder only (``local_files_only``: never a hub download)."""
+    if not (Path(path) / "config.json").is_file():
+        raise UserError(
+            f"--model.pretrained={path} is not a local checkpoint folder (no config.json). Pass "
+            "the folder written by save_pretrained (e.g. a TOFU fine-tuned model downloaded "
+            "beforehand); this project never downloads from a hub."
+        )
+    return AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, attn_implementation="eager", dtype=torch.float32
+    )
+
+
+class UnlearningModule(LightningModule):
+    """Fine-tune (optional) then unlearn with ``method`` (one of ``METHODS``)."""
+
+    def __init__(
+        self,
+        method: str = "atwu",
+        forget_loss: str = "npo",
+        pretrained: str | None = None,
+        hidden_size: int = 128,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        intermediate_size: int = 256,
+        max_positions: int = 128,
+        finetune_steps: int = 800,
+        finetune_lr: float = 3e-3,
+        lr: float = 3e-4,
+        retain_weight: float = 1.0,
+        token_beta: float = 1.0,
+        npo_beta: float = 0.1,
+        simnpo_beta: float = 2.5,
+        simnpo_gamma: float = 0.0,
+        wga_beta: float = 1.0,
+        satimp_beta1: float = 5.0,
+        satimp_beta2: float = 1.0,
+        budget: float = 1.0,
+        scorer_lr: float = 1e-2,
+        scorer_temperature: float = 0.5,
+        scorer_layer: int = -1,
+        scorer_warmup_steps: int = 5,
+        rare_max_count: int = 10,
+        eval_items: int = 40,
+    ) -> None:
+        super().__init__()
+        if method not in METHODS:
+            raise UserError(f"--model.method={method!r} is not one of {', '.join(METHODS)}")
+        if forget_loss not in ("ga", "npo"):
+            raise UserError(f"--model.forget_loss must be 'ga' or 'npo', got {forget_loss!r}")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.model = None
+        # The retain model's forget-set truth ratios; when set, validation logs forget quality.
+        self.retain_model_ratios = None
+
+    # ------------------------------------------------------------------ building
+
+    def configure_model(self) -> None:
+        if self.model is None:
+            self.build(self.trainer.datamodule.tokenizer, self.trainer.datamodule)
+
+    def build(self, tokenizer, datamodule=None) -> None:
+        """The language model, the frozen reference / random-feature copies and the scorer."""
+        h = self.hparams
+        self.tokenizer = tokenizer
+        if h.pretrained is not None:
+            self.model = load_pretrained(h.pretrained)
+        else:
+            self.model = build_causal_lm(
+                len(tokenizer), h.hidden_size, h.num_layers, h.num_heads, h.intermediate_size,
+                h.max_positions, tokenizer.pad_token_id, tokenizer.eos_token_id,
+            )  # fmt: skip
+        hidden = self.model.config.hidden_size
+        if self.needs_reference:
+            self.reference = self._frozen_copy(self.model)
+        if h.method == "atwu_random_features":
+            # Random features: the same architecture at a fresh random initialisation.
+            self.feature_net = self._frozen_copy(
+                AutoModelForCausalLM.from_config(self.model.config, attn_implementation="eager")
+            )
+        if h.method in SCORER_METHODS:
+            self.scorer = RelevanceScorer(hidden)
+        if h.method == "annotator_heuristic":
+            self.register_buffer("annotator_table", self._heuristic_table(tokenizer, datamodule))
+
+    @staticmethod
+    def _frozen_copy(model):
+        frozen = copy.deepcopy(model).eval()
+        frozen.requires_grad_(False)
+        return frozen
+
+    def _heuristic_table(self, tokenizer, datamodule) -> torch.Tensor:
+        counts = torch.zeros(len(tokenizer))
+        if datamodule is not None:
+            for example in datamodule.finetune_set.examples:
+                ids = torch.tensor([t for t in example["labels"] if t != -100])
+                counts += torch.bincount(ids, minlength=len(tokenizer)).float()
+        strings = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        strings = [tokenizer.convert_tokens_to_string([s]) for s in strings]
+        return B.heuristic_vocab_weights(strings, counts, self.hparams.rare_max_count)
+
+    @property
+    def needs_reference(self) -> bool:
+        token_npo = self.hparams.method in TOKEN_WEIGHTED and self.hparams.forget_loss == "npo"
+        return self.hparams.method == "npo" or token_npo
+
+    def configure_optimizers(self):
+        h = self.hparams
+        finetune = torch.optim.AdamW(self.model.parameters(), lr=h.finetune_lr, weight_decay=0.0)
+        groups = [{"params": list(self.model.parameters()), "lr": h.lr}]
+        if h.method in SCORER_METHODS:
+            groups.append({"params": list(self.scorer.parameters()), "lr": h.scorer_lr})
+        return [finetune, torch.optim.AdamW(groups, weight_decay=0.0)]
+
+    # ------------------------------------------------------------------ steps
+
+    def forward(self, batch: dict, output_hidden_states: bool = False):
+        return self.model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            output_hidden_states=output_hidden_states,
+        )
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        finetune_opt, unlearn_opt = self.optimizers()
+        step = self.global_step
+        if step < self.hparams.finetune_steps:
+            loss = self.finetune_loss(batch["finetune"])
+            self.log("train/finetune_nll", loss, prog_bar=True)
+            optimizer = finetune_opt
+        else:
+            if step == self.hparams.finetune_steps and self.needs_reference:
+                # NPO's reference is the model as it is when unlearning starts.
+                self.reference.load_state_dict(self.model.state_dict())
+            loss = self.unlearning_loss(
+                batch["forget"], batch["retain"], step - self.hparams.finetune_steps
+            )
+            optimizer = unlearn_opt
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss.detach()
+
+    def finetune_loss(self, batch: dict) -> torch.Tensor:
+        logp, mask = answer_logprobs(self(batch).logits, batch["labels"])
+        loss = retain_nll(logp, mask)
+        if self.hparams.method in SCORER_METHODS:
+            # DDP expects a gradient for every trainable parameter in every backward.
+            loss = loss + 0.0 * sum(p.sum() for p in self.scorer.parameters())
+        return loss
+
+    def reference_logprobs(self, batch: dict) -> torch.Tensor | None:
+        if not self.needs_reference:
+            return None
+        with torch.no_grad():
+            return answer_logprobs(self.reference(**_model_inputs(batch)).logits, batch["labels"])[
+                0
+            ]
+
+    def unlearning_loss(self, forget: dict, retain: dict, unlearn_step: int) -> torch.Tensor:
+        """The method's objective on one forget and one retain batch."""
+        h = self.hparams
+        out = self(forget, output_hidden_states=h.method == "atwu")
+        logp, mask = answer_logprobs(out.logits, forget["labels"])
+        retain_logp, retain_mask = answer_logprobs(self(retain).logits, retain["labels"])
+        retain_loss = retain_nll(retain_logp, retain_mask)
+        ref_logp = self.reference_logprobs(forget)
+        self.log("train/retain_nll", retain_loss)
+        self.log("train/forget_nll", -(logp * mask).sum() / mask.sum(), prog_bar=True)
+
+        if h.method in SAMPLE_LEVEL or h.method in PROBABILITY_WEIGHTED:
+            return self.baseline_loss(logp, mask, ref_logp, retain_loss)
+
+        token_loss = forget_token_loss(h.forget_loss, logp, ref_logp, h.token_beta)
+        extra = torch.zeros((), device=logp.device)
+        if h.method in CONFLICT_METHODS:
+            conflict = self.conflict_scores(forget, retain_loss, ref_logp)
+            targets = relevance_targets(conflict, mask, h.scorer_temperature)
+        if h.method in SCORER_METHODS:
+            logits = self.scorer(self.scorer_features(forget, out))
+            weights = torch.sigmoid(logits).detach()
+            extra = scorer_loss(logits, targets, mask)
+            self.log("train/scorer_bce", extra)
+            if unlearn_step < h.scorer_warmup_steps:
+                # Scorer-only alternation steps: the model waits until the scorer has a signal.
+                return extra + 0.0 * atwu_objective(token_loss, weights, mask, retain_loss, 1.0)
+        elif h.method == "atwu_raw_conflict":
+            weights = targets
+        else:
+            weights = self.fixed_token_weights(forget, mask)
+        weights = normalise_budget(weights, mask, h.budget)
+        return atwu_objective(token_loss, weights, mask, retain_loss, h.retain_weight) + extra
+
+    def baseline_loss(self, logp, mask, ref_logp, retain_loss) -> torch.Tensor:
+        h = self.hparams
+        if h.method == "ga":
+            return B.ga_loss(logp, mask)
+        if h.method == "graddiff":
+            return B.graddiff_loss(logp, mask, retain_loss, h.retain_weight)
+        if h.method == "npo":
+            forget = B.npo_loss(logp, ref_logp, mask, h.npo_beta)
+        elif h.method == "simnpo":
+            forget = B.simnpo_loss(logp, mask, h.simnpo_beta, h.simnpo_gamma)
+        elif h.method == "wga":
+            forget = B.probability_weighted_loss(logp, mask, B.wga_weights(logp, h.wga_beta))
+        else:
+            weights = B.satimp_weights(logp, h.satimp_beta1, h.satimp_beta2)
+            forget = B.probability_weighted_loss(logp, mask, weights)
+        return forget + h.retain_weight * retain_loss
+
+    def conflict_scores(self, forget: dict, retain_loss: torch.Tensor, ref_logp) -> torch.Tensor:
+        """Eq. 3 on the current parameters: retain gradient by autograd, c_t by one JVP."""
+        h = self.hparams
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        grads = torch.autograd.grad(retain_loss, list(params.values()), retain_graph=True)
+
+        def token_losses(p: dict[str, torch.Tensor]) -> torch.Tensor:
+            logits = functional_call(self.model, p, args=(), kwargs=_model_inputs(forget)).logits
+            return forget_token_loss(
+                h.forget_loss, answer_logprobs(logits, forget["labels"])[0], ref_logp, h.token_beta
+            )
+
+        return conflict_scores(token_losses, params, dict(zip(params, grads, strict=True)))
+
+    def scorer_features(self, batch: dict, output=None) -> torch.Tensor:
+        """Hidden states h_t [B, T-1, D] of the token each answer position scores (Eq. 4)."""
+        if self.hparams.method == "atwu_random_features":
+            with torch.no_grad():
+                output = self.feature_net(**_model_inputs(batch), output_hidden_states=True)
+        elif output is None or output.hidden_states is None:
+            with torch.no_grad():
+                output = self(batch, output_hidden_states=True)
+        return output.hidden_states[self.hparams.scorer_layer][:, 1:]
+
+    def fixed_token_weights(self, batch: dict, mask: torch.Tensor) -> torch.Tensor:
+        """Weights that do not learn: uniform, the heuristic annotator or the oracle span mask."""
+        method = self.hparams.method
+        if method == "atwu_uniform":
+            return mask
+        if method == "annotator_heuristic":
+            return self.annotator_table[batch["input_ids"][:, 1:]] * mask
+        return batch["relevance"][:, 1:].float() * mask
+
+    # ------------------------------------------------------------------ inspection
+
+    @torch.no_grad()
+    def token_weights(self, forget: dict, retain: dict) -> torch.Tensor | None:
+        """The method's (unnormalised) forget-token weights on a batch; None for sample-level."""
+        h = self.hparams
+        if h.method in SAMPLE_LEVEL:
+            return None
+        out = self(forget, output_hidden_states=True)
+        logp, mask = answer_logprobs(out.logits, forget["labels"])
+        if h.method == "wga":
+            return B.wga_weights(logp, h.wga_beta) * mask
+        if h.method == "satimp":
+            return B.satimp_weights(logp, h.satimp_beta1, h.satimp_beta2) * mask
+        if h.method in SCORER_METHODS:
+            return torch.sigmoid(self.scorer(self.scorer_features(forget, out))) * mask
+        if h.method == "atwu_raw_conflict":
+            with torch.enable_grad():
+                retain_logp, retain_mask = answer_logprobs(self(retain).logits, retain["labels"])
+                conflict = self.conflict_scores(
+                    forget, retain_nll(retain_logp, retain_mask), self.reference_logprobs(forget)
+                )
+            return relevance_targets(conflict, mask, h.scorer_temperature)
+        return self.fixed_token_weights(forget, mask)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        logp, mask = answer_logprobs(self(batch).logits, batch["labels"])
+        self.log("val/forget_nll", -(logp * mask).sum() / mask.sum(), prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        datamodule = self.trainer.datamodule
+        data, n = datamodule.data, self.hparams.eval_items
+        utility_sets = {"retain": (data.retain[:n], False), "world": (data.world_facts[:n], True)}
+        if data.real_authors:
+            utility_sets["real_authors"] = (data.real_authors[:n], True)
+        metrics, _ = evaluate_unlearning(
+            self.model, self.tokenizer, data.forget[:n], utility_sets, self.retain_model_ratios
+        )
+        for name in ("forget_rouge", "forget_truth", "model_utility", "forget_quality"):
+            if name in metrics:
+                self.log(f"val/{name}", metrics[name])
+        forget = next(iter(datamodule.loader(datamodule.forget_set, 64, False)))
+        retain = next(iter(datamodule.loader(datamodule.retain_set, 64, False)))
+        forget, retain = (
+            self.transfer_batch_to_device(b, self.device, 0) for b in (forget, retain)
+        )
+        weights = self.token_weights(forget, retain)
+        relevant = forget["relevance"][:, 1:]
+        answer = forget["labels"][:, 1:] != -100
+        if weights is not None and 0 < relevant[answer].sum() < answer.sum():
+            alignment = span_alignment(
+                weights[answer].cpu().numpy(), relevant[answer].cpu().numpy()
+            )
+            self.log("val/span_auroc", alignment["auroc"])
+
+
+def _model_inputs(batch: dict) -> dict[str, torch.Tensor]:
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}

@@ -1,0 +1,78 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from atwu.claim import run_claim_experiment
+from atwu.cli import train
+from papers_cli.testing import run_ddp_train
+from papers_eval import load_results
+
+PROJECT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_every_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as info:
+        train(["fit", "--config", str(config), "--print_config"])
+    assert info.value.code == 0, capsys.readouterr().err
+
+
+def test_train_fast_dev_run_through_the_cli(tiny_args):
+    cli = train([*tiny_args, "--trainer.fast_dev_run=1"])
+    assert cli.trainer.state.finished and cli.trainer.global_step == 1
+
+
+def test_same_seed_same_metrics_and_unlearning_raises_the_forget_loss(tiny_args):
+    tiny_args = [*tiny_args, "--model.scorer_warmup_steps=0", "--model.lr=0.01"]
+    first = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
+    again = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
+    for name in ("val/forget_nll", "val/model_utility", "train/forget_nll"):
+        assert first[name].item() == again[name].item()
+    finetuned_only = train([*tiny_args, "--seed_everything=3", "--trainer.max_steps=4",
+                            "--trainer.val_check_interval=4"]).trainer.callback_metrics  # fmt: skip
+    assert first["val/forget_nll"] > finetuned_only["val/forget_nll"]
+
+
+def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
+    single = tmp_path / "single"
+    train([*tiny_args, f"--trainer.default_root_dir={single}"])
+    reference = json.loads((single / "summary_rank0.json").read_text())
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
+    assert len(ranks) == 2
+
+
+def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        train([*tiny_args, "--model.no_such_option=1"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        train([*tiny_args, f"--data.root={tmp_path / 'missing'}"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        train([*tiny_args, f"--model.pretrained={tmp_path / 'no_checkpoint'}"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        train([*tiny_args, "--model.method=magic"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no_such_option" in err and "not found" in err and "Traceback" not in err
+    assert "not a local checkpoint" in err and "magic" in err
+
+
+def test_reproduce_quick_writes_the_results_record(tmp_path):
+    metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
+    record = load_results(tmp_path / "claim.json")
+    assert record["project"] == "atwu" and record["metrics"].keys() == metrics.keys()
+    assert {
+        "atwu",
+        "npo",
+        "wga",
+        "annotator_oracle",
+        "full model",
+        "retain model",
+    } <= metrics.keys()
+    assert metrics["annotator_oracle"]["span_auroc"] == 1.0
+    assert (tmp_path / "claim.md").is_file() and (tmp_path / "frontier.png").is_file()
+    assert (tmp_path / "span_alignment.png").is_file()

@@ -1,0 +1,105 @@
+import socket
+
+import pytest
+import torch
+
+from atwu.data import UnlearningDataModule
+from atwu.model import METHODS, SAMPLE_LEVEL, UnlearningModule, build_causal_lm, load_pretrained
+from papers_cli import UserError
+
+TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
+
+
+@pytest.fixture(scope="module")
+def data():
+    module = UnlearningDataModule(num_authors=6, num_forget_authors=1, vocab_size=300)
+    module.setup()
+    return module
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection (a hub lookup) fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a code path tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_from_pretrained_reloads_a_saved_local_checkpoint_without_the_hub(
+    data, tmp_path, no_network
+):
+    tokenizer = data.tokenizer
+    model = build_causal_lm(
+        len(tokenizer), 32, 1, 2, 64, 128, tokenizer.pad_token_id, tokenizer.eos_token_id
+    )
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    reloaded = load_pretrained(str(tmp_path / "ckpt"))
+    ids = torch.tensor([[3, 4, 5, 6]])
+    torch.testing.assert_close(model(ids).logits, reloaded(ids).logits)
+    # the whole unlearning path from the local checkpoint, tokenizer included
+    local = UnlearningDataModule(
+        num_authors=6, num_forget_authors=1, tokenizer_path=str(tmp_path / "ckpt")
+    )
+    local.setup()
+    module = UnlearningModule(method="atwu", pretrained=str(tmp_path / "ckpt"))
+    module.build(local.tokenizer, local)
+    forget, retain = (
+        next(iter(local.loader(s, 4, False))) for s in (local.forget_set, local.retain_set)
+    )
+    assert torch.isfinite(module.unlearning_loss(forget, retain, unlearn_step=10))
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="not a local checkpoint"):
+        load_pretrained(str(tmp_path / "nothing"))
+
+
+def test_unknown_method_is_a_clear_error():
+    with pytest.raises(UserError, match="atwu"):
+        UnlearningModule(method="magic")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_unlearning_step_of_every_method_moves_the_model(method, data):
+    torch.manual_seed(0)
+    module = UnlearningModule(method=method, **TINY)
+    module.build(data.tokenizer, data)
+    module.reference.load_state_dict(module.model.state_dict()) if module.needs_reference else None
+    forget, retain = (
+        next(iter(data.loader(s, 4, False))) for s in (data.forget_set, data.retain_set)
+    )
+    before = [p.detach().clone() for p in module.model.parameters()]
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    loss = module.unlearning_loss(forget, retain, unlearn_step=10)
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss)
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before, module.model.parameters(), strict=True)
+    )
+    weights = module.token_weights(forget, retain)
+    assert (weights is None) == (method in SAMPLE_LEVEL)
+
+
+def test_atwu_scorer_learns_during_unlearning_and_weights_keep_the_budget(data):
+    torch.manual_seed(0)
+    module = UnlearningModule(method="atwu", **TINY)
+    module.build(data.tokenizer, data)
+    module.reference.load_state_dict(module.model.state_dict())
+    forget, retain = (
+        next(iter(data.loader(s, 4, False))) for s in (data.forget_set, data.retain_set)
+    )
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-2)
+    for step in range(3):
+        optimizer.zero_grad()
+        module.unlearning_loss(forget, retain, unlearn_step=step).backward()
+        optimizer.step()
+    assert module.scorer.linear.weight.abs().sum() > 0  # it left the uniform start
+    weights = module.token_weights(forget, retain)
+    answer = forget["labels"][:, 1:] != -100
+    assert weights[answer].std() > 0 and torch.all(weights[~answer] == 0)
