@@ -29,6 +29,7 @@ class AicCLI(PapersCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.task", "model.task")
         parser.link_arguments("data.context", "model.context")
+        parser.link_arguments("data.env_id", "model.env_id")
 
 
 def train(args: list[str] | None = None) -> PapersCLI:

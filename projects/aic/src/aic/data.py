@@ -27,9 +27,16 @@ from papers_data import cached_generate
 FIELDS = ("obs", "target", "difficulty", "q")
 
 
-def generate(task_name: str, n: int, seed: int, context: int, text_path: str | None = None):
+def generate(
+    task_name: str,
+    n: int,
+    seed: int,
+    context: int,
+    text_path: str | None = None,
+    env_id: str | None = None,
+):
     """n labelled samples of a task (seeded, deterministic)."""
-    task = get_task(task_name)
+    task = get_task(task_name, env_id)
     if task.domain != "language":
         return collect_states(task, n, seed)
     if task.name == "program-lm":
@@ -54,6 +61,7 @@ class AicDataModule(LightningDataModule):
     def __init__(
         self,
         task: str = "lava-crossing",
+        env_id: str | None = None,
         n_train: int = 6000,
         n_val: int = 1000,
         context: int = 32,
@@ -64,14 +72,16 @@ class AicDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.task = get_task(task)
+        self.task = get_task(task, env_id)
 
     def _split(self, n: int, seed: int) -> dict:
         h = self.hparams
-        config = {"task": h.task, "n": n, "seed": seed, "context": h.context}
+        config = {"task": h.task, "n": n, "seed": seed, "context": h.context, "env": h.env_id}
         if h.text_path is not None:  # paper scale: read the real corpus, do not cache
             return generate(h.task, n, seed, h.context, h.text_path)
-        return cached_generate("aic", config, lambda: generate(h.task, n, seed, h.context))
+        return cached_generate(
+            "aic", config, lambda: generate(h.task, n, seed, h.context, env_id=h.env_id)
+        )
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -102,7 +112,3 @@ class AicDataModule(LightningDataModule):
             self.val_set, batch_size=512, num_workers=self.hparams.num_workers
         )
 
-
-def example_obs(task_name: str, context: int = 32) -> tuple[int, ...]:
-    """The observation shape of a task, from one generated sample."""
-    return tuple(generate(task_name, 1, 0, context)["obs"].shape[1:])

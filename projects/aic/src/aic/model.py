@@ -26,6 +26,7 @@ class AicModule(LightningModule):
     def __init__(
         self,
         task: str = "lava-crossing",
+        env_id: str | None = None,
         context: int = 32,
         architecture: str = "conv",
         dim: int = 32,
@@ -43,7 +44,7 @@ class AicModule(LightningModule):
         if mode not in ("aic", "fixed"):
             raise ValueError(f"mode must be 'aic' or 'fixed', got {mode!r}")
         self.save_hyperparameters()
-        spec = get_task(task)
+        spec = get_task(task, env_id)
         self.spec = spec
         self.policy = AICPolicy(
             obs_kind=spec.obs_kind,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import io
 import random
 import sysconfig
@@ -89,10 +90,18 @@ TASKS = {
 }  # fmt: skip
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str, env_id: str | None = None) -> Task:
+    """A registered task; ``env_id`` points its expert and model at another gymnasium id of
+    the same family (e.g. a larger MiniGrid crossing), checked to build offline."""
     if name not in TASKS:
         raise UserError(f"Unknown task '{name}'. Known tasks: {', '.join(TASKS)} (--data.task).")
-    return TASKS[name]
+    task = TASKS[name]
+    if env_id is None or env_id == task.env_id:
+        return task
+    if task.domain == "language":
+        raise UserError(f"Task '{name}' reads text, not an environment; drop --data.env_id.")
+    make_env(env_id, **task.make_kwargs).close()
+    return dataclasses.replace(task, env_id=env_id)
 
 
 def make_env(env_id: str, **kwargs) -> gym.Env:
@@ -225,7 +234,7 @@ class PointMazeExpert:
 class ReacherExpert:
     """Jacobian-transpose PD: tau = J^T Kp (target - fingertip) - Kd qdot."""
 
-    def __init__(self, env: gym.Env, gain: float = 0.3, damping: float = 0.2):
+    def __init__(self, env: gym.Env, gain: float = 0.6, damping: float = 0.2):
         self.env, self.gain, self.damping = env, gain, damping
 
     def action(self) -> np.ndarray:
