@@ -57,7 +57,9 @@ def test_step_returns_closed_forms():
     assert step_returns("q", logits, None, q).tolist() == [[pytest.approx(0.1), pytest.approx(0.9)]]
     loglik = step_returns("likelihood", logits, torch.tensor([1]))
     torch.testing.assert_close(loglik, logits.log_softmax(-1)[..., 1])
-    mse = step_returns("imitation", torch.tensor([[[1.0, 1.0], [0.0, 0.0]]]), torch.tensor([[0.0, 0.0]]))
+    mse = step_returns(
+        "imitation", torch.tensor([[[1.0, 1.0], [0.0, 0.0]]]), torch.tensor([[0.0, 0.0]])
+    )
     torch.testing.assert_close(mse, torch.tensor([[-1.0, 0.0]]))
 
 

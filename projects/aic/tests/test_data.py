@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from aic.data import DataFormatError, AicDataModule, generate_miniature, load_real
+from aic.data import AicDataModule, DataFormatError, generate_miniature, load_real
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
 
 

@@ -82,7 +82,9 @@ def test_ponder_and_act_heads_train_on_frozen_features():
     """Features that reveal d: the trained PonderNet / ACT units must halt later on harder
     states (their losses drop at step d)."""
     returns, _, difficulty = toy_table(600)
-    features = torch.nn.functional.one_hot(difficulty.long() - 1, 6).float()[:, None].expand(-1, 6, -1)
+    features = (
+        torch.nn.functional.one_hot(difficulty.long() - 1, 6).float()[:, None].expand(-1, 6, -1)
+    )
     features = torch.cat([features, torch.eye(6)[None].expand(600, -1, -1)], -1)
     losses = 1.0 - returns
     unit = baselines.fit_halting_unit(

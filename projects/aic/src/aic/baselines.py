@@ -38,7 +38,9 @@ def confidence_steps(actions: torch.Tensor, action_kind: str, threshold: float) 
     """Confidence exit on readouts [N, K, A]."""
     if action_kind == "continuous":
         moved = (actions[:, 1:] - actions[:, :-1]).abs().amax(-1)  # [N, K-1]
-        stable = torch.cat([torch.zeros_like(moved[:, :1], dtype=torch.bool), moved <= threshold], 1)
+        stable = torch.cat(
+            [torch.zeros_like(moved[:, :1], dtype=torch.bool), moved <= threshold], 1
+        )
         return first_true(stable)
     return first_true(actions.softmax(-1).amax(-1) >= threshold)
 
@@ -144,4 +146,3 @@ def per_sample_step_losses(action_kind: str, actions: torch.Tensor, target: torc
         return (actions - target[:, None]).pow(2).mean(-1)
     logp = actions.log_softmax(-1)
     return -logp.gather(2, target.long()[:, None, None].expand(-1, logp.shape[1], 1))[..., 0]
-

@@ -111,7 +111,10 @@ def plot_frontiers(path: Path, results: dict) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(3.3 * len(results), 3.1), dpi=110)
     for ax, (pair, result) in zip(np.atleast_1d(axes), results.items(), strict=True):
         frontier = result["protocol"]["frontier"]
-        for name, rows, marker in (("fixed K", frontier["fixed"], "s"), ("AIC", frontier["aic"], "o")):
+        for name, rows, marker in (
+            ("fixed K", frontier["fixed"], "s"),
+            ("AIC", frontier["aic"], "o"),
+        ):
             rows = sorted(rows, key=lambda r: r["mean_steps"])
             ax.plot([r["mean_steps"] for r in rows], [r["return"] for r in rows], marker=marker,
                     markersize=3, label=name)  # fmt: skip
@@ -175,7 +178,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
             budget = {**budget, **plan["quick"]["budget"]}
         domain_settings = {**settings, "price": settings["price"][task.domain]}
         for seed in seeds:
-            name = f"{task.name}/{pair['architecture']}" + (f"/seed{seed}" if len(seeds) > 1 else "")
+            name = f"{task.name}/{pair['architecture']}" + (
+                f"/seed{seed}" if len(seeds) > 1 else ""
+            )
             seed_everything(seed)
             aic, data, aic_s = train_run(task.name, pair["architecture"], "aic", budget, seed)
             fixed, _, fixed_s = train_run(task.name, pair["architecture"], "fixed", budget, seed)
@@ -195,8 +200,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict:
     metrics = {}
     for name, result in results.items():
         for method, row in result["methods"].items():
-            metrics[f"{name} | {method}"] = {
-                k: row[k] for k in ("return", "mean_steps", "compute_saved_pct", "flops_per_decision")
+            metrics[f"{name}: {method}"] = {
+                k: row[k]
+                for k in ("return", "mean_steps", "compute_saved_pct", "flops_per_decision")
             }
     headline = "; ".join(
         f"{name}: AIC {v['aic_return']:.3g} vs fixed {v['fixed_return']:.3g} at "

@@ -108,7 +108,4 @@ class AicDataModule(LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(
-            self.val_set, batch_size=512, num_workers=self.hparams.num_workers
-        )
-
+        return DataLoader(self.val_set, batch_size=512, num_workers=self.hparams.num_workers)

@@ -102,11 +102,13 @@ def halting_rules(task, aic: AICPolicy, train_table, train_target, settings, see
     rules = {}
     for prior in settings["ponder_priors"]:
         unit = baselines.fit_halting_unit(
-            features, step_losses, lambda lam, loss, p=prior: baselines.ponder_loss(lam, loss, p),
+            features,
+            step_losses,
+            lambda lam, loss, p=prior: baselines.ponder_loss(lam, loss, p),
             seed=seed,
         )
-        rules[f"PonderNet (lambda_p={prior})"] = (
-            lambda t, r, u=unit: baselines.ponder_steps(u(t["features"]))
+        rules[f"PonderNet (lambda_p={prior})"] = lambda t, r, u=unit: baselines.ponder_steps(
+            u(t["features"])
         )
     for tau in settings["act_taus"]:
         unit = baselines.fit_halting_unit(
@@ -115,8 +117,8 @@ def halting_rules(task, aic: AICPolicy, train_table, train_target, settings, see
         rules[f"ACT (tau={tau})"] = lambda t, r, u=unit: baselines.act_steps(u(t["features"]))
     thresholds = settings["confidence"][task.action_kind]
     for c in thresholds:
-        rules[f"confidence exit (c={c})"] = (
-            lambda t, r, c=c: baselines.confidence_steps(t["actions"], task.action_kind, c)
+        rules[f"confidence exit (c={c})"] = lambda t, r, c=c: baselines.confidence_steps(
+            t["actions"], task.action_kind, c
         )
     price = settings["price"]
     rules[f"oracle halting (lambda={price})"] = lambda t, r: baselines.oracle_steps(r, price)

@@ -75,7 +75,9 @@ class AicModule(LightningModule):
         if h.mode == "aic":
             returns = step_returns(self.spec.return_kind, out["actions"], target, q_values)
             losses["halt"] = halting_loss(out["halt"], voc_targets(returns, h.voc_horizon))
-            losses["mean_steps"] = halting_steps(out["halt"].detach(), h.price_per_step).float().mean()
+            losses["mean_steps"] = (
+                halting_steps(out["halt"].detach(), h.price_per_step).float().mean()
+            )
         losses["final_step_loss"] = per_step[-1].detach()
         losses["loss"] = (
             losses["policy"]
@@ -96,5 +98,7 @@ class AicModule(LightningModule):
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=1e-4)
         steps = self.trainer.estimated_stepping_batches
-        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, self.hparams.lr, total_steps=steps)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, self.hparams.lr, total_steps=steps
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

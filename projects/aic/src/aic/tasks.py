@@ -347,8 +347,10 @@ class Episode:
 
     def step(self, action) -> None:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.obs, self.total_return, self.length = obs, self.total_return + float(reward), (
-            self.length + 1
+        self.obs, self.total_return, self.length = (
+            obs,
+            self.total_return + float(reward),
+            (self.length + 1),
         )
         if self.task.domain == "grid":
             self.success = self.success or (terminated and reward > 0)
