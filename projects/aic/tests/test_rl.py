@@ -6,9 +6,9 @@ from aic.tasks import get_task
 
 def test_a2c_with_aic_learns_a_small_grid_world():
     """The RL path: A2C + deep supervision + critic-only VoC halting, no expert anywhere."""
-    task = get_task("simple-crossing", "MiniGrid-Empty-5x5-v0")
-    policy, returns = train_a2c(task, "iru", dim=32, k_max=3, updates=120, seed=0)
+    task = get_task("simple-crossing", "MiniGrid-Empty-6x6-v0")
+    policy, returns = train_a2c(task, "iru", dim=32, k_max=3, updates=150, seed=0)
     fifth = len(returns) // 5
-    assert np.mean(returns[-fifth:]) > np.mean(returns[:fifth]) + 0.2
+    assert np.mean(returns[-fifth:]) > np.mean(returns[:fifth]) + 0.15
     mean_return, mean_steps = greedy_return(policy, task, price=0.01, episodes=3, seed=7)
-    assert mean_return > 0.5 and 1 <= mean_steps <= 3
+    assert mean_return > 0.7 and 1 <= mean_steps <= 3

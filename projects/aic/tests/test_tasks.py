@@ -67,8 +67,10 @@ def test_oracle_experts_solve_their_tasks(task):
 def test_grid_q_values_rank_the_expert_action_first():
     episode = Episode(TASKS["lava-crossing"], 0)
     for _ in range(5):
-        q = episode.q_values()
-        assert q.max() == pytest.approx(0.95 ** episode.difficulty())
+        q = episode.q_values()  # Q* / V*: the optimal action keeps all of the return
+        assert q.max() == pytest.approx(1.0) and q.min() >= 0
+        if q.min() > 0:  # a non-optimal turn costs at least two steps: gamma ** 2
+            assert q.min() <= 0.95**2 + 1e-6
         episode.step(episode.expert_action())
     episode.close()
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from papers_cli import UserError
 
-GAMMA = 0.95  # discount of the grid worlds' exact Q*(s, a) = GAMMA ** (steps to the goal)
+GAMMA = 0.95  # discount of the grid worlds' exact values: V*(s) = GAMMA ** (steps to the goal)
 GRID_ACTIONS = 3  # left, right, forward: all the navigation tasks need
 CHARS = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
 VOCAB = len(CHARS) + 1  # + unknown character
@@ -169,7 +169,9 @@ class GridOracle:
         self.steps = steps
 
     def q_values(self, pos, direction: int) -> np.ndarray:
-        """Exact Q*(s, a) for left, right, forward (0 for stepping into lava)."""
+        """Exact Q*(s, a) / V*(s) for left, right, forward: the fraction of the optimal return
+        an action keeps (1 for an optimal action, 0 for stepping into lava). Normalising by
+        V*(s) makes a price per step mean the same on near and far states."""
         x, y = int(pos[0]), int(pos[1])
         left = GAMMA ** (1 + self.steps[x, y, (direction - 1) % 4])
         right = GAMMA ** (1 + self.steps[x, y, (direction + 1) % 4])
@@ -180,7 +182,8 @@ class GridOracle:
             forward = GAMMA ** (1 + self.steps[fx, fy, direction])
         else:
             forward = GAMMA ** (1 + self.steps[x, y, direction])
-        return np.array([left, right, forward], dtype=np.float32)
+        q = np.array([left, right, forward], dtype=np.float64)
+        return (q / q.max()).astype(np.float32)
 
     def difficulty(self, pos, direction: int) -> float:
         return float(self.steps[int(pos[0]), int(pos[1]), direction])
