@@ -25,6 +25,7 @@ from aic.tasks import (
 from papers_data import cached_generate
 
 FIELDS = ("obs", "target", "difficulty", "q")
+DATA_FORMAT = 2  # bump when the generators change, so cached arrays are regenerated
 
 
 def generate(
@@ -76,7 +77,14 @@ class AicDataModule(LightningDataModule):
 
     def _split(self, n: int, seed: int) -> dict:
         h = self.hparams
-        config = {"task": h.task, "n": n, "seed": seed, "context": h.context, "env": h.env_id}
+        config = {
+            "task": h.task,
+            "n": n,
+            "seed": seed,
+            "context": h.context,
+            "env": h.env_id,
+            "format": DATA_FORMAT,
+        }
         if h.text_path is not None:  # paper scale: read the real corpus, do not cache
             return generate(h.task, n, seed, h.context, h.text_path)
         return cached_generate(
