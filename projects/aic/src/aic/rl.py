@@ -21,8 +21,12 @@ from aic.core import AICPolicy, adaptive_act, halting_loss, step_returns, voc_ta
 from aic.tasks import GRID_ACTIONS, Task, make_env, observe
 
 
-def greedy_return(policy: AICPolicy, task: Task, price: float, episodes: int, seed: int):
-    """Mean return and mean refinement steps of AIC's greedy policy (compacted inference)."""
+def evaluate_policy(
+    policy: AICPolicy, task: Task, price: float, episodes: int, seed: int, sample: bool = False
+):
+    """Mean return and mean refinement steps of the AIC policy (compacted inference), acting
+    greedily or by sampling its readout."""
+    generator = torch.Generator().manual_seed(seed)
     returns, steps, decisions = [], 0, 0
     for i in range(episodes):
         env = make_env(task.env_id, **task.make_kwargs)
@@ -31,7 +35,11 @@ def greedy_return(policy: AICPolicy, task: Task, price: float, episodes: int, se
         while not done and length < task.max_eval_steps:
             x = torch.from_numpy(observe(task, obs))[None]
             logits, k = adaptive_act(policy, x, price)
-            obs, reward, terminated, truncated, _ = env.step(int(logits.argmax()))
+            if sample:
+                action = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            else:
+                action = logits.argmax()
+            obs, reward, terminated, truncated, _ = env.step(int(action))
             total, length, done = total + reward, length + 1, terminated or truncated
             steps, decisions = steps + int(k), decisions + 1
         returns.append(total)
