@@ -1,7 +1,7 @@
 """The six-component causal evaluation protocol, on per-state tables of exact step returns.
 
 Given, for N evaluation states, the exact return R_k(s) of the readout after every k
-(``returns`` [N, K]: exact Q* for grids, log-likelihood for language, negative squared distance
+(``returns`` [N, K]: exact Q*/V* for grids, log-likelihood for language, negative squared distance
 to the expert action for robotics) and an allocation K(s) (``steps`` [N]):
 
   C1 matched budget      AIC vs fixed K = round(mean K_AIC)
