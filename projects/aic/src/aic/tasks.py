@@ -3,11 +3,11 @@ character-level language-modelling tasks.
 
 Grid worlds (MiniGrid, fully observed symbolic grid, actions left/right/forward): the expert is
 exact dynamic programming on the known grid, which also gives the exact Q*(s, a) / V*(s) and
-the true difficulty (optimal steps to the goal). Robotics (state observations): PointMaze (BFS over maze
-cells to the next waypoint + PD control), Reacher (Jacobian-transpose PD on fingertip-to-target),
-the inverted pendulums (LQR on MuJoCo's own finite-difference linearisation). Language: a
-synthetic variable-depth pointer-chasing stream with unpredictable noise digits, and characters
-of a pinned list of Python standard-library source files.
+the true difficulty (optimal steps to the goal). Robotics (state observations): PointMaze (BFS
+over maze cells to the next waypoint + PD control), Reacher (Jacobian-transpose PD on
+fingertip-to-target), the inverted pendulums (LQR on MuJoCo's own finite-difference
+linearisation). Language: a synthetic variable-depth pointer-chasing stream with unpredictable
+noise digits, and characters of a pinned list of Python standard-library source files.
 """
 
 from __future__ import annotations
