@@ -91,10 +91,6 @@ class AicDataModule(LightningDataModule):
             "aic", config, lambda: generate(h.task, n, seed, h.context, env_id=h.env_id)
         )
 
-    @property
-    def obs_shape(self) -> tuple[int, ...]:
-        return tuple(self.val_arrays["obs"].shape[1:])
-
     def prepare_data(self) -> None:
         self.setup()
 
