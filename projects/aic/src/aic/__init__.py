@@ -1,0 +1,1 @@
+"""Adaptive Internal Computation: value-of-computation halting for policies."""

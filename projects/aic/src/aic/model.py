@@ -1,0 +1,104 @@
+"""LightningModule: wiring only (the AIC losses come from core, Eq. 7)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import LightningModule
+
+from aic.core import (
+    AICPolicy,
+    check_price,
+    deep_supervision_loss,
+    halting_loss,
+    halting_steps,
+    policy_losses,
+    step_returns,
+    voc_targets,
+)
+from aic.tasks import VOCAB, get_task, obs_shape
+
+
+class AicModule(LightningModule):
+    """mode="aic": deep supervision + critic + VoC halting head; mode="fixed": the fixed-K
+    counterpart (the same network trained on its K_max-th readout only, no halting)."""
+
+    def __init__(
+        self,
+        task: str = "lava-crossing",
+        env_id: str | None = None,
+        context: int = 32,
+        architecture: str = "conv",
+        dim: int = 32,
+        k_max: int = 8,
+        mode: str = "aic",
+        price_per_step: float = 0.01,
+        voc_horizon: str = "cumulative",
+        voc_source: str = "critic",
+        halt_weight: float = 1.0,
+        critic_weight: float = 1.0,
+        lr: float = 3e-3,
+    ) -> None:
+        super().__init__()
+        check_price(price_per_step)
+        if mode not in ("aic", "fixed"):
+            raise ValueError(f"mode must be 'aic' or 'fixed', got {mode!r}")
+        self.save_hyperparameters()
+        spec = get_task(task, env_id)
+        self.spec = spec
+        self.policy = AICPolicy(
+            obs_kind=spec.obs_kind,
+            obs_shape=obs_shape(spec, context),
+            n_actions=spec.n_actions,
+            action_kind=spec.action_kind,
+            architecture=architecture,
+            dim=dim,
+            k_max=k_max,
+            vocab=VOCAB,
+            action_scale=spec.action_scale,
+            critic=spec.return_kind == "q",
+        )
+
+    def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.policy(obs)
+
+    def losses(self, batch) -> dict[str, torch.Tensor]:
+        obs, target, _difficulty, q_star = batch
+        h = self.hparams
+        out = self.policy(obs)
+        per_step = policy_losses(self.spec.action_kind, out["actions"], target)
+        losses = {"policy": deep_supervision_loss(per_step, deep=h.mode == "aic")}
+        q_values = None
+        if "q" in out:
+            losses["critic"] = F.mse_loss(out["q"], q_star)
+            q_values = out["q"].detach() if h.voc_source == "critic" else q_star
+        if h.mode == "aic":
+            returns = step_returns(self.spec.return_kind, out["actions"], target, q_values)
+            losses["halt"] = halting_loss(out["halt"], voc_targets(returns, h.voc_horizon))
+            losses["mean_steps"] = (
+                halting_steps(out["halt"].detach(), h.price_per_step).float().mean()
+            )
+        losses["final_step_loss"] = per_step[-1].detach()
+        losses["loss"] = (
+            losses["policy"]
+            + h.critic_weight * losses.get("critic", 0.0)
+            + h.halt_weight * losses.get("halt", 0.0)
+        )
+        return losses
+
+    def training_step(self, batch, batch_idx):
+        losses = self.losses(batch)
+        self.log_dict({f"train/{k}": v for k, v in losses.items()}, prog_bar=False)
+        return losses["loss"]
+
+    def validation_step(self, batch, batch_idx):
+        losses = self.losses(batch)
+        self.log_dict({f"val/{k}": v for k, v in losses.items()}, prog_bar=True, sync_dist=True)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=1e-4)
+        steps = self.trainer.estimated_stepping_batches
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, self.hparams.lr, total_steps=steps
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

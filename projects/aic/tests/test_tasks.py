@@ -1,0 +1,125 @@
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from aic.data import AicDataModule, generate
+from aic.tasks import (
+    STDLIB_FILES,
+    TASKS,
+    Episode,
+    get_task,
+    make_env,
+    read_text_corpus,
+    stdlib_corpus,
+    synthetic_programs,
+)
+from papers_cli import UserError
+from papers_data import DatasetNotFoundError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ENV_TASKS = [t for t in TASKS.values() if t.domain != "language"]
+
+
+def test_there_are_twelve_tasks_in_three_domains():
+    assert len(TASKS) == 12
+    assert {t.domain for t in TASKS.values()} == {"grid", "robotics", "language"}
+
+
+@pytest.mark.parametrize("task", ENV_TASKS, ids=lambda t: t.name)
+def test_every_environment_builds_offline(task):
+    env = make_env(task.env_id, **task.make_kwargs)
+    env.reset(seed=0)
+    env.close()
+
+
+def test_every_task_in_the_configs_is_registered():
+    for plan in ("claim.yaml", "all_tasks.yaml"):
+        for pair in yaml.safe_load((CONFIGS / plan).read_text())["pairs"]:
+            get_task(pair["task"])
+    for config in ("default.yaml", "paper.yaml"):
+        data = yaml.safe_load((CONFIGS / config).read_text()).get("data", {})
+        get_task(data.get("task", "lava-crossing"), data.get("env_id"))
+
+
+def run_expert(task, seed):
+    episode = Episode(task, seed)
+    while not episode.done:
+        episode.step(episode.expert_action())
+    episode.close()
+    return episode
+
+
+@pytest.mark.parametrize("task", ENV_TASKS, ids=lambda t: t.name)
+def test_oracle_experts_solve_their_tasks(task):
+    for seed in range(2):
+        episode = run_expert(task, seed)
+        if task.domain == "grid" or task.env_id.startswith("PointMaze"):
+            assert episode.success
+        elif "Pendulum" in task.env_id:
+            assert episode.length == task.max_eval_steps  # balanced for the whole episode
+        else:  # Reacher: far better than doing nothing (about -43 for random actions)
+            assert episode.total_return > -12 and episode.difficulty() < 0.1
+
+
+def test_grid_q_values_rank_the_expert_action_first():
+    episode = Episode(TASKS["lava-crossing"], 0)
+    for _ in range(5):
+        q = episode.q_values()  # Q* / V*: the optimal action keeps all of the return
+        assert q.max() == pytest.approx(1.0) and q.min() >= 0
+        if q.min() > 0:  # a non-optimal turn costs at least two steps: gamma ** 2
+            assert q.min() <= 0.95**2 + 1e-6
+        episode.step(episode.expert_action())
+    episode.close()
+
+
+def test_synthetic_programs_answers_follow_the_chain():
+    text, labels = synthetic_programs(4000, seed=3)
+    assert len(text) == len(labels) == 4000
+    answers = [m for m in re.finditer(r"([a-h=0-9;]+)\?([a-h])=(\d)", text)]
+    assert answers
+    for match in answers:
+        defs = dict(s.split("=") for s in match.group(1).split(";") if "=" in s)
+        value = match.group(2)
+        depth = 0
+        while not value.isdigit():
+            value, depth = defs[value], depth + 1
+        assert value == match.group(3)
+        assert labels[match.start(3)] == depth
+    noise = [i for i, c in enumerate(text) if labels[i] == -1]
+    assert noise and all(text[i].isdigit() for i in noise)
+
+
+def test_stdlib_corpus_is_pinned_and_present():
+    corpus = stdlib_corpus()
+    assert len(STDLIB_FILES) == 10 and len(corpus) > 50_000
+    assert "def dedent" in corpus  # textwrap.py
+
+
+def test_text_corpus_path_reads_real_files_and_missing_is_clear(tmp_path):
+    (tmp_path / "a.txt").write_text("hello world\n" * 50)
+    assert read_text_corpus(str(tmp_path)).startswith("hello")
+    arrays = generate("stdlib-lm", 20, 0, 8, text_path=str(tmp_path))
+    assert arrays["obs"].shape == (20, 8)
+    with pytest.raises(DatasetNotFoundError, match="txt"):
+        read_text_corpus(str(tmp_path / "missing"))
+    with pytest.raises(DatasetNotFoundError):
+        AicDataModule(task="stdlib-lm", text_path=str(tmp_path / "missing")).setup()
+
+
+def test_unknown_task_and_env_id_are_user_errors():
+    with pytest.raises(UserError, match="Unknown task"):
+        get_task("sokoban")
+    with pytest.raises(UserError, match="MiniGrid-NoSuchThing-v0"):
+        get_task("lava-crossing", "MiniGrid-NoSuchThing-v0")
+    assert get_task("lava-crossing", "MiniGrid-LavaCrossingS11N5-v0").env_id.endswith("S11N5-v0")
+
+
+@pytest.mark.parametrize("name", ["lava-crossing", "reacher", "program-lm"])
+def test_generated_states_are_seeded(name):
+    a, b = generate(name, 50, 1, 16), generate(name, 50, 1, 16)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert not np.array_equal(a["obs"], generate(name, 50, 2, 16)["obs"])
