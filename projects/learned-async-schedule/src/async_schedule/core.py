@@ -49,7 +49,8 @@ Sampling integrates the joint ODE over the global time with per-representation t
     x_lag  <- x_lag  + (t_lag[i+1]  - t_lag[i])  v_lag                                 (Eq. 9)
 
 (Euler; Heun adds the trapezoidal corrector on all but the last step), i.e.
-dx_lag/dtau = f'(tau) v_lag. Guidance (classifier-free or AutoGuidance, where the "bad" prediction comes from a weaker model):
+dx_lag/dtau = f'(tau) v_lag. Guidance (classifier-free, or AutoGuidance where the "bad"
+prediction comes from a weaker model):
 
     v = v_bad + w_cfg * (v_good - v_bad)                                               (Eq. 10)
 """
