@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from async_schedule.cli import run_claim_experiment, train
+from async_schedule.cli import run_claim_experiment, summarise, train
 from papers_cli.testing import run_ddp_train
 from papers_eval import load_results
 
@@ -35,6 +35,29 @@ def test_probe_freezes_the_window_average_and_resets_the_model(tiny_args):
         frozen = model.schedule(torch.linspace(0, 1, 101, dtype=torch.float64))
     assert torch.allclose(frozen, probe_mean, atol=1e-6)  # f* = the window's mean curve
     assert cli.trainer.global_step == 6 and model.main_stage_step == 3
+    # the speed penalty's gradient always points away from lag (it is zero only at the identity)
+    gradients = report["gradients"]
+    assert set(gradients) == {"lead", "lag", "speed"} and len(model.probe_gradients) == 3
+    assert gradients["speed"]["more_lag_derivative_mean"] > 0
+
+
+def test_steps_to_sync_final_uses_the_seed_mean_curves():
+    """One synchronous seed ends above the two-seed mean: the synchronous baseline still reaches
+    its own mean final FD-digit (at its last step), and LAS's probe steps are added."""
+    curve = lambda *fd: [
+        {"step": s, "fd_digit": v, "precision": 0.5, "recall": 0.5}
+        for s, v in zip((10, 20), fd, strict=True)
+    ]
+    histories = {
+        "synchronous": {0: curve(9.0, 5.0), 1: curve(8.0, 7.0)},  # target: mean final 6.0
+        "learned (LAS)": {0: curve(6.5, 5.0), 1: curve(5.0, 5.0)},  # mean curve 5.75, 5.0
+        "power (best of grid)": {0: curve(9.0, 8.0), 1: curve(9.0, 6.5)},  # never reaches 6.0
+    }
+    seconds = {m: [1.0] for m in histories}
+    metrics, _ = summarise(histories, seconds, [10, 20], probe_steps=3)
+    assert metrics["synchronous"]["steps_to_sync_final"] == 20
+    assert metrics["learned (LAS)"]["steps_to_sync_final"] == 10 + 3
+    assert metrics["power (best of grid)"]["steps_to_sync_final"] == float("inf")
 
 
 def test_same_seed_same_metrics(tiny_args):
@@ -98,7 +121,15 @@ def test_reproduce_quick_writes_the_results_record(tmp_path):
     assert (
         record["project"] == "learned-async-schedule" and record["metrics"].keys() == metrics.keys()
     )
-    assert set(metrics) == {"synchronous", "sfd (D=0.3)", "power (best of grid)", "learned (LAS)"}
+    assert set(metrics) == {
+        "synchronous",
+        "sfd (best of grid)",
+        "power (best of grid)",
+        "learned (LAS)",
+        "LAS ablation, beta=0",
+    }
+    assert set(record["extra"]["grids_first_seed"]["sfd (best of grid)"]) == {"0.15", "0.3", "0.5"}
+    assert metrics["synchronous"]["steps_to_sync_final"] <= record["config"]["main_steps"]
     assert 0 < record["extra"]["probe_share_of_steps"] < 1
     for name in ("claim.md", "learned_schedule.png", "quality_vs_steps.png"):
         assert (tmp_path / name).is_file()

@@ -8,10 +8,11 @@
 
       t_lead = min(1, u),    t_lag = max(0, u - D),
 
-  i.e. the semantics start D ahead and finish D early. This path is not a bijection (the texture
-  is frozen at noise for u < D, the semantics at data for u > 1), so it is outside the convex
-  family and keeps its own three-phase sampler: a uniform grid on [0, 1 + D] through Eq. 9,
-  where a representation whose time is clamped simply does not move (SFD's channel masks).
+  i.e. the semantics start D ahead and finish D early (D is searched over ``SFD_GRID``, as SFD
+  tunes it). This path is not a bijection (the texture is frozen at noise for u < D, the
+  semantics at data for u > 1), so it is outside the convex family and keeps its own three-phase
+  sampler: a uniform grid on [0, 1 + D] through Eq. 9, where a representation whose time is
+  clamped simply does not move (SFD's channel masks).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 POWER_GRID = (1.5, 2.0, 3.0)
+SFD_GRID = (0.15, 0.3, 0.5)  # SFD tunes its offset D by grid search; 0.3 is its published value
 
 
 class PowerSchedule(nn.Module):

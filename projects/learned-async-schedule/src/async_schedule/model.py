@@ -104,7 +104,10 @@ class AsyncDiffusionModule(LightningModule):
         self._initial_network = copy.deepcopy(self.network.state_dict()) if self.probing else None
         self.probe_curves: list[torch.Tensor] = []  # f on CURVE_GRID at every probe step
         self.probe_slopes: list[torch.Tensor] = []
-        self.probe_report: dict[str, float] = {}
+        # per probe step, the gradient on the schedule's a_k split into its sources [3, K]
+        self.probe_gradients: list[torch.Tensor] = []
+        self._partial_gradients: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.probe_report: dict = {}
         self._probe_start = 0.0
 
     def _build_schedule(self) -> torch.nn.Module:
@@ -142,8 +145,16 @@ class AsyncDiffusionModule(LightningModule):
         loss = losses["loss"]
         if self.probing:
             speed = self.schedule.kinetic_excess()
-            loss = loss + self.hparams.speed_weight * speed
+            penalty = self.hparams.speed_weight * speed
+            loss = loss + penalty
             self.log("probe/speed", speed)
+            lag_term = losses["loss"] - self.hparams.lead_loss_weight * losses["loss_lead"]
+            self._partial_gradients = tuple(  # diagnostic; the optimiser sees the total only
+                torch.autograd.grad(term, self.schedule.raw_increments, retain_graph=True)[0]
+                if term.requires_grad
+                else torch.zeros_like(self.schedule.raw_increments)
+                for term in (lag_term, penalty)
+            )
         self.log_dict({f"train/{k}": v for k, v in losses.items()}, prog_bar=False)
         return loss
 
@@ -167,6 +178,15 @@ class AsyncDiffusionModule(LightningModule):
             x_lead, x_lag, t_lead, t_lag, labels if h.num_classes else None
         )
         return joint_flow_matching_loss(v_lead, v_lag, u_lead, u_lag, weight, h.lead_loss_weight)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Probe diagnostic: the schedule gradient's lead / lag / speed parts. The lead part is
+        the remainder, i.e. the gradient that reaches f through the network's semantic head."""
+        if self.probing and self._partial_gradients is not None:
+            total = self.schedule.raw_increments.grad
+            lag, speed = self._partial_gradients
+            self.probe_gradients.append(torch.stack([total - lag - speed, lag, speed]).cpu())
+        self._partial_gradients = None
 
     def on_train_start(self) -> None:
         self._probe_start = time.perf_counter()
@@ -205,6 +225,9 @@ class AsyncDiffusionModule(LightningModule):
             "window_length": len(curves) - start,
             "probe_steps": len(curves),
             "probe_wall_s": time.perf_counter() - self._probe_start,
+            "f_half_start": float(curves[0][50]),
+            "f_half_final": float(curves[-1][50]),
+            "gradients": summarise_probe_gradients(self.probe_gradients),
         }
 
     def schedule_slopes(self) -> list[float]:
@@ -268,3 +291,21 @@ class AsyncDiffusionModule(LightningModule):
                 {"params": schedule_params, "lr": self.hparams.schedule_lr, "weight_decay": 0.0}
             )
         return torch.optim.AdamW(groups, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+def summarise_probe_gradients(gradients: list[torch.Tensor]) -> dict:
+    """Per source (lead loss, corrected lag loss, speed penalty): the derivative along "more lag"
+    (every a_k up by one, i.e. the sum over k; positive = gradient descent removes lag), its mean,
+    its standard deviation over probe steps, and the mean gradient vector over the a_k."""
+    if not gradients:
+        return {}
+    stacked = torch.stack(gradients).double()  # [steps, 3, K]
+    toward_lag = stacked.sum(-1)  # [steps, 3]
+    return {
+        source: {
+            "more_lag_derivative_mean": float(toward_lag[:, i].mean()),
+            "more_lag_derivative_std": float(toward_lag[:, i].std(correction=0)),
+            "mean_gradient": stacked[:, i].mean(0).tolist(),
+        }
+        for i, source in enumerate(("lead", "lag", "speed"))
+    }
