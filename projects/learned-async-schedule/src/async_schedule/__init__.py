@@ -1,0 +1,2 @@
+"""Learning When to Denoise: learned convex asynchronous schedules (LAS) for joint
+texture + semantic latent diffusion."""

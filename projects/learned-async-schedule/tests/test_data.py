@@ -1,0 +1,116 @@
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from async_schedule.data import (
+    ImageNetFolder,
+    MultiRepDataModule,
+    build_miniature,
+    require_pretrained,
+    texture_from_digits,
+)
+from papers_cli import UserError
+from papers_data import DatasetNotFoundError
+
+WNIDS = ("n01440764", "n01443537")
+
+
+def write_imagenet_fixture(root, per_class=3, size=(40, 30)):
+    """A tiny ImageNet in the standard layout: train/<wnid>/<wnid>_<i>.JPEG (+ a stray file)."""
+    rng = np.random.default_rng(0)
+    for wnid in WNIDS:
+        folder = root / "train" / wnid
+        folder.mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{wnid}_{i}.JPEG", format="JPEG")
+        (folder / "notes.txt").write_text("not an image")
+    return root
+
+
+def test_imagenet_folder_loader_parses_a_fixture(tmp_path):
+    dataset = ImageNetFolder(write_imagenet_fixture(tmp_path), resolution=16)
+    assert dataset.classes == list(WNIDS) and len(dataset) == 6
+    image, label = dataset[4]
+    assert image.shape == (3, 16, 16) and label == 1
+    assert image.min() >= -1 and image.max() <= 1
+
+
+def test_missing_imagenet_is_a_clear_error(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match="train/<wnid>/\\*.JPEG"):
+        ImageNetFolder(tmp_path / "nowhere")
+    (tmp_path / "train" / WNIDS[0]).mkdir(parents=True)
+    with pytest.raises(DatasetNotFoundError, match="JPEG"):
+        ImageNetFolder(tmp_path)
+
+
+def test_missing_pretrained_encoders_are_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="--data.vae_path"):
+        require_pretrained(str(tmp_path), "texture VAE", "--data.vae_path")
+
+
+def test_paper_scale_path_encodes_both_representations(tmp_path):
+    """Tiny randomly initialised AutoencoderKL and DINOv2, saved in their real from_pretrained
+    formats, drive the paper-scale DataModule end to end."""
+    from diffusers import AutoencoderKL
+    from transformers import Dinov2Config, Dinov2Model
+
+    AutoencoderKL(
+        block_out_channels=(8, 8),
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+        layers_per_block=1,
+    ).save_pretrained(tmp_path / "vae")
+    Dinov2Model(
+        Dinov2Config(
+            image_size=28,
+            patch_size=14,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+        )  # fmt: skip
+    ).save_pretrained(tmp_path / "dino")
+    data = MultiRepDataModule(
+        root=str(write_imagenet_fixture(tmp_path / "imagenet")),
+        resolution=16,
+        vae_path=str(tmp_path / "vae"),
+        semantic_encoder_path=str(tmp_path / "dino"),
+        semantic_channels=3,
+        batch_size=4,
+    )
+    data.setup()
+    batch = data.on_after_batch_transfer(next(iter(data.train_dataloader())), 0)
+    assert batch["lag"].shape == (4, 4, 8, 8)  # one 2x downsampling stage
+    assert batch["lead"].shape == (4, 3, 2, 2)  # 28 / 14 patches, PCA to 3 channels
+    assert torch.isfinite(batch["lead"]).all() and torch.isfinite(batch["lag"]).all()
+    assert set(batch["label"].tolist()) <= {0, 1}
+
+
+def test_texture_is_the_pooled_digit_in_range():
+    digits = np.zeros((2, 28, 28), np.uint8)
+    digits[1] = 255
+    texture = texture_from_digits(digits)
+    assert texture.shape == (2, 1, 16, 16)
+    assert texture[0].max() == -1 and texture[1, 0, 8, 8] == 1  # centre: all ink
+    assert texture[1, 0, 0, 0] == -1  # corner: only padding
+
+
+def test_miniature_split_representations_and_determinism():
+    data = MultiRepDataModule(encoder_epochs=1, evaluator_epochs=1)
+    data.setup()
+    m = data.miniature
+    assert len(data.train_set) == 4000 and len(data.val_set) == 1000
+    assert not set(m["train_idx"]) & set(m["test_idx"])
+    assert m["semantic"].shape == (5000, 4, 4, 4)
+    assert np.allclose(m["semantic"][m["train_idx"]].std(axis=(0, 2, 3)), 1, atol=0.05)
+    assert float(m["encoder_accuracy"]) > 0.5  # one epoch already separates digits
+    rebuilt = build_miniature(
+        data_seed=0, encoder_epochs=1, evaluator_epochs=1, semantic_channels=4
+    )
+    assert np.array_equal(rebuilt["semantic"], m["semantic"])  # seeded: same encoder, same PCA
+    with pytest.raises(UserError, match="miniature"):
+        MultiRepDataModule(root="x").evaluator()
