@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 
-from papers_cli import UserError, cli_main, find_project, reproduce_parser, user_errors
+from papers_cli import (
+    UserError,
+    cli_main,
+    find_project,
+    quiet_fit,
+    reproduce_parser,
+    user_errors,
+)
 from papers_cli import dispatch as dispatch_module
 
 TRAIN_SCRIPT = Path(sys.executable).with_name("train")
@@ -55,6 +62,27 @@ def test_config_files_layer_over_default(project, tmp_path):
     cli = run(project, "fit", "--config", str(override))
     assert cli.trainer.global_step == 1
     assert cli.trainer.limit_val_batches == 1  # still from default.yaml
+
+
+def test_quiet_fit_silences_a_config_but_not_an_override(project, tmp_path):
+    noisy = tmp_path / "noisy.yaml"
+    noisy.write_text("trainer:\n  limit_val_batches: 2\n  max_steps: 2\n")
+
+    def fit(*overrides):
+        return quiet_fit(
+            BoringModel,
+            BoringDataModule,
+            project_file=project / "src" / "demo" / "cli.py",
+            seed=3,
+            config_files=[noisy],
+            overrides=list(overrides),
+        )
+
+    cli = fit()
+    assert cli.trainer.global_step == 2
+    assert cli.trainer.limit_val_batches == 0 and cli.trainer.logger is None
+    assert cli.trainer.checkpoint_callback is None and not cli.trainer.progress_bar_callback
+    assert fit("--trainer.limit_val_batches=1").trainer.limit_val_batches == 1
 
 
 def test_config_saved_with_overwrite(project):

@@ -18,7 +18,7 @@ from aic.data import AicDataModule  # noqa: E402
 from aic.evaluate import evaluate_pair  # noqa: E402
 from aic.model import AicModule  # noqa: E402
 from aic.tasks import get_task  # noqa: E402
-from papers_cli import PapersCLI, UserError, cli_main, reproduce_parser  # noqa: E402
+from papers_cli import PapersCLI, UserError, cli_main, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import write_results  # noqa: E402
 from papers_gpu import seed_everything  # noqa: E402
 
@@ -51,26 +51,20 @@ def reproduce() -> None:
 
 def train_run(task: str, architecture: str, mode: str, budget: dict, seed: int):
     """Train one policy through the real CLI, quietly; returns (module, datamodule, seconds)."""
-    args = [
-        f"--seed_everything={seed}",
+    overrides = [
         f"--data.task={task}",
         f"--model.architecture={architecture}",
         f"--model.mode={mode}",
-        "--trainer.devices=1",
-        "--trainer.logger=false",
-        "--trainer.enable_checkpointing=false",
-        "--trainer.enable_model_summary=false",
-        "--trainer.limit_val_batches=0",
         *[f"--{key}={value}" for key, value in budget.items()],
     ]
     start = time.perf_counter()
-    cli = cli_main(
+    cli = quiet_fit(
         AicModule,
         AicDataModule,
         project_file=__file__,
-        args=args,
+        seed=seed,
+        overrides=overrides,
         cli_class=AicCLI,
-        trainer_defaults_override={"callbacks": [], "enable_progress_bar": False},
     )
     cli.model.eval()
     return cli.model, cli.datamodule, time.perf_counter() - start

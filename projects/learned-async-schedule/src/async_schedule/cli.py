@@ -13,7 +13,7 @@ from async_schedule.core import ConvexSchedule
 from async_schedule.data import MultiRepDataModule
 from async_schedule.evaluate import QualityCurve
 from async_schedule.model import AsyncDiffusionModule
-from papers_cli import PapersCLI, cli_main, reproduce_parser
+from papers_cli import PapersCLI, cli_main, quiet_fit, reproduce_parser
 from papers_eval import bootstrap_ci, line_plot, write_results
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -75,24 +75,15 @@ def reproduce() -> None:
 
 def train_run(config: str | None, overrides: list[str], seed: int, curve: QualityCurve):
     """Train one schedule through the real CLI (quietly); returns (model, wall seconds)."""
-    args = [f"--config={CONFIGS / config}"] if config else []
-    args += [
-        f"--seed_everything={seed}",
-        "--trainer.accelerator=cpu",
-        "--trainer.devices=1",
-        "--trainer.logger=false",
-        "--trainer.enable_checkpointing=false",
-        "--trainer.enable_model_summary=false",
-        "--trainer.limit_val_batches=0",
-        *overrides,
-    ]
     start = time.perf_counter()
-    cli = cli_main(
+    cli = quiet_fit(
         AsyncDiffusionModule,
         MultiRepDataModule,
         project_file=__file__,
-        args=args,
-        trainer_defaults_override={"callbacks": [curve], "enable_progress_bar": False},
+        seed=seed,
+        config_files=[CONFIGS / config] if config else [],
+        overrides=["--trainer.accelerator=cpu", *overrides],
+        callbacks=[curve],
     )
     return cli.model, time.perf_counter() - start
 

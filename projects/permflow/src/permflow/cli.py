@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from papers_cli import PapersCLI, cli_main, reproduce_parser  # noqa: E402
+from papers_cli import PapersCLI, cli_main, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import line_plot, write_results  # noqa: E402
 from permflow.data import PermutationDataModule  # noqa: E402
 from permflow.evaluate import evaluate  # noqa: E402
@@ -77,24 +77,15 @@ def train(args: list[str] | None = None) -> PapersCLI:
 
 def train_run(config_files: list[str], overrides: list[str], seed: int):
     """Train one configuration through the real CLI (quietly) and return (model, datamodule, s)."""
-    args = [f"--config={CONFIGS / name}" for name in config_files]
-    args += [
-        f"--seed_everything={seed}",
-        "--trainer.devices=1",
-        "--trainer.logger=false",
-        "--trainer.enable_checkpointing=false",
-        "--trainer.enable_model_summary=false",
-        "--trainer.limit_val_batches=0",
-        *overrides,
-    ]
     start = time.perf_counter()
-    cli = cli_main(
+    cli = quiet_fit(
         PermutationModel,
         PermutationDataModule,
         project_file=__file__,
-        args=args,
+        seed=seed,
+        config_files=[CONFIGS / name for name in config_files],
+        overrides=overrides,
         cli_class=PermFlowCLI,
-        trainer_defaults_override={"callbacks": [], "enable_progress_bar": False},
     )
     return cli.model, cli.datamodule, time.perf_counter() - start
 

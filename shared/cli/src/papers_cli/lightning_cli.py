@@ -186,6 +186,43 @@ def cli_main(
         )
 
 
+# One training run inside a claim experiment: no logger, checkpoints, summary, validation or bar.
+QUIET_RUN_ARGS = (
+    "--trainer.devices=1",
+    "--trainer.logger=false",
+    "--trainer.enable_checkpointing=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.limit_val_batches=0",
+)
+
+
+def quiet_fit(
+    model_class: Any,
+    datamodule_class: Any,
+    *,
+    project_file: str | Path,
+    seed: int,
+    config_files: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    callbacks: Sequence[Any] = (),
+    cli_class: type[PapersCLI] = PapersCLI,
+) -> PapersCLI:
+    """Fit one configuration of a claim experiment through the project's real CLI, quietly.
+
+    Order: ``config_files``, then ``QUIET_RUN_ARGS`` (so no config turns logging back on), then
+    ``overrides`` (which may, deliberately). ``callbacks`` replace the interactive defaults.
+    """
+    configs = [f"--config={path}" for path in config_files]
+    return cli_main(
+        model_class,
+        datamodule_class,
+        project_file=project_file,
+        args=[*configs, f"--seed_everything={seed}", *QUIET_RUN_ARGS, *overrides],
+        cli_class=cli_class,
+        trainer_defaults_override={"callbacks": list(callbacks), "enable_progress_bar": False},
+    )
+
+
 def reproduce_parser(description: str, *, project_file: str | Path) -> argparse.ArgumentParser:
     """The flags every ``reproduce`` shares; add project-specific ones to the returned parser.
 
