@@ -1,13 +1,42 @@
 """Evaluation plumbing every ``reproduce`` shares.
 
-- ``write_results`` / ``load_results``: the results record (``results/claim.json``) and its
-  markdown table (``results/claim.md``); the root README's table is built from these files.
-- ``markdown_table``: method-vs-baseline table.
-- ``bootstrap_ci``: percentile-bootstrap confidence intervals (scipy.stats.bootstrap).
-- ``pareto_front``: the non-dominated points of an accuracy-vs-cost trade-off.
-- ``line_plot`` / ``pareto_plot``: PNG figures with matplotlib (Agg backend, no display needed).
+The claim protocol (``claim``, ``tuning``, ``claim_record``):
+- ``load_claim_spec``: ``configs/claim.yaml`` (checks, method, baselines, negative and positive
+  controls, seeds, tuning grid), validated before anything trains.
+- ``tune``: the same validation-split grid for every method and control, recorded.
+- ``run_seeds`` / ``judge``: per-seed results, then every check applied to the method and to each
+  control, with intervals over seeds and test items; the verdict is ``held``, ``did not hold`` or
+  ``not shown`` (a control misbehaved). Nobody types a verdict.
+- ``write_claim`` / ``load_claim``: ``results/claim.json`` (schema 2) and ``claim.md``.
+
+Also: ``contrast_interval`` and ``bootstrap_ci`` (intervals), ``markdown_table``, ``pareto_front``,
+``line_plot`` / ``pareto_plot`` (PNG figures), and the schema-1 ``write_results`` /
+``load_results`` that the first six projects still write until they move to the protocol.
 """
 
+from papers_eval.claim import (
+    MIN_SEEDS,
+    VERDICTS,
+    Check,
+    CheckOutcome,
+    ClaimSpec,
+    ClaimSpecError,
+    Control,
+    ControlOutcome,
+    Judgement,
+    judge,
+    load_claim_spec,
+    run_seeds,
+    summarise,
+)
+from papers_eval.claim_record import (
+    CLAIM_FIELDS,
+    SCHEMA_VERSION,
+    RecordSchemaError,
+    load_claim,
+    render_markdown,
+    write_claim,
+)
 from papers_eval.plots import line_plot, pareto_plot
 from papers_eval.record import (
     RESULTS_FIELDS,
@@ -16,19 +45,44 @@ from papers_eval.record import (
     load_results,
     write_results,
 )
-from papers_eval.stats import bootstrap_ci, pareto_front
+from papers_eval.stats import Interval, bootstrap_ci, contrast_interval, pareto_front
 from papers_eval.table import format_value, markdown_table
+from papers_eval.tuning import TuningResult, tune, tuning_grids
 
 __all__ = [
+    "CLAIM_FIELDS",
+    "MIN_SEEDS",
     "RESULTS_FIELDS",
+    "SCHEMA_VERSION",
+    "VERDICTS",
+    "Check",
+    "CheckOutcome",
+    "ClaimSpec",
+    "ClaimSpecError",
+    "Control",
+    "ControlOutcome",
+    "Interval",
+    "Judgement",
+    "RecordSchemaError",
+    "TuningResult",
     "bootstrap_ci",
+    "contrast_interval",
     "format_value",
     "git_revision",
     "hardware_info",
+    "judge",
     "line_plot",
+    "load_claim",
+    "load_claim_spec",
     "load_results",
     "markdown_table",
     "pareto_front",
     "pareto_plot",
+    "render_markdown",
+    "run_seeds",
+    "summarise",
+    "tune",
+    "tuning_grids",
+    "write_claim",
     "write_results",
 ]

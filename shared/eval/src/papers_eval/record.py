@@ -1,4 +1,11 @@
-"""The results record every ``reproduce`` writes: ``claim.json`` and ``claim.md``."""
+"""The results record every ``reproduce`` writes: ``claim.json`` and ``claim.md``.
+
+Schema 2 (``write_claim`` / ``load_claim``) records a claim judged under the protocol of
+``papers_eval.claim``: pre-registered checks, controls, seeds, per-seed values, intervals and a
+computed verdict. Schema 1 (``write_results`` / ``load_results``: a ``criterion`` in words and a
+``holds`` flag set by the project) is superseded; it stays only until the first six projects move
+to the protocol, and ``load_claim`` refuses it with a message naming the change.
+"""
 
 from __future__ import annotations
 
@@ -105,7 +112,8 @@ def write_results(
     notes: str = "",
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``claim.json`` (the record) and ``claim.md`` (the table) to ``out_dir``.
+    """Write a schema-1 ``claim.json`` and ``claim.md`` to ``out_dir`` (superseded by
+    ``write_claim``).
 
     ``metrics`` maps method -> metric -> value (a float, or ``{"mean", "ci"}``); ``criterion``
     says in words and thresholds how ``holds`` was decided. Git revision, hardware, command and
@@ -159,7 +167,7 @@ def write_results(
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a ``claim.json`` and check it has every field of the record."""
+    """Read a schema-1 ``claim.json`` and check it has every field of that record."""
     record = json.loads(Path(path).read_text())
     missing = [f for f in RESULTS_FIELDS if f not in record]
     if missing:

@@ -1,0 +1,502 @@
+"""The claim protocol: pre-registered checks, controls, seeds and a computed verdict.
+
+A project pre-registers its claim in ``configs/claim.yaml``::
+
+    claim: The trained model beats the mean predictor on held-out MSE.
+    method: mlp                      # the paper's method
+    baselines: [mean_predictor]      # real baselines, reported beside it
+    controls:
+      negative:                      # mechanism-free variants: must FAIL the checks
+        - {name: untrained, why: the same network before training}
+      positive:                      # oracles / known-good variants: must PASS the checks
+        - {name: true_weights, why: the generating weights}
+    seeds: [0, 1, 2]
+    checks:
+      - name: beats_the_mean
+        metric: test_mse             # a metric the project computes
+        goal: lower                  # lower is better
+        against: mean_predictor      # relative check (or `threshold: 0.5` for an absolute one)
+        ratio: 0.5                   # subject < 0.5 x reference (default 1)
+        margin: 0.0                  # ... by at least this much (absolute, default 0)
+        where: test split, 64 items per seed
+    tuning: {split: val, metric: val_mse, goal: lower, grid: {lr: [0.003, 0.01, 0.03]}}
+    settings: {max_epochs: 20}       # budgets: recorded with the run
+    quick: {seeds: [0], settings: {max_epochs: 2}}   # overrides for --quick
+
+A check passes for a subject (the method or a control) when its whole confidence interval lies
+on the good side: for ``goal: higher`` the advantage ``subject - ratio * reference - margin``
+(or ``subject - threshold - margin``) must have a lower bound above 0; ``goal: lower`` flips the
+sign. The verdict (``judge``) is
+
+- ``not shown`` when a negative control passes every check it is judged on, or a positive
+  control fails one: the miniature cannot tell a working mechanism from a broken one;
+- otherwise ``held`` when the method passes every check, ``did not hold`` when it does not.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from papers_eval.stats import (
+    Interval,
+    PerSeed,
+    contrast_interval,
+    per_seed_arrays,
+    per_seed_means,
+)
+from papers_eval.tuning import tuning_grids
+
+VERDICTS = ("held", "did not hold", "not shown")
+MIN_SEEDS = 3
+
+# metric -> per-seed values, for one subject; subject -> that, for a whole run
+SubjectResults = Mapping[str, PerSeed]
+Results = Mapping[str, SubjectResults]
+
+
+class ClaimSpecError(ValueError):
+    """``configs/claim.yaml`` (or the results given for it) cannot be judged; the message says
+    what to fix. Raised before any training where possible."""
+
+    user_facing = True
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-registered comparison, applied identically to the method and every control."""
+
+    name: str
+    metric: str
+    goal: Literal["higher", "lower"]
+    threshold: float | None = None
+    against: tuple[str, ...] = ()
+    ratio: float = 1.0
+    margin: float = 0.0
+    paired: bool = True
+    where: str = ""
+
+    def describe(self) -> str:
+        """The check in words, e.g. ``test_mse lower than 0.5 x mean_predictor``."""
+        side = "above" if self.goal == "higher" else "below"
+        if self.threshold is not None:
+            bar = f"{self.threshold:g}"
+        else:
+            scale = "" if self.ratio == 1 else f"{self.ratio:g} x "
+            bar = " and ".join(f"{scale}{name}" for name in self.against)
+        margin = f" by more than {self.margin:g}" if self.margin else ""
+        where = f" ({self.where})" if self.where else ""
+        return f"{self.metric} {side} {bar}{margin}{where}"
+
+
+@dataclass(frozen=True)
+class Control:
+    """A negative control must fail, a positive control must pass, the checks it is judged on
+    (all of them unless ``checks`` names a subset)."""
+
+    name: str
+    role: Literal["negative", "positive"]
+    why: str
+    checks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """``configs/claim.yaml``, validated against the subjects and metrics the project has."""
+
+    claim: str
+    method: str
+    baselines: tuple[str, ...]
+    controls: tuple[Control, ...]
+    checks: tuple[Check, ...]
+    seeds: tuple[int, ...]
+    quick: bool = False
+    confidence: float = 0.95
+    tuning: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        """Everything a run must measure: method, baselines, controls (each once, in order)."""
+        names = (self.method, *self.baselines, *(c.name for c in self.controls))
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.metric for c in self.checks))
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "claim": self.claim,
+            "method": self.method,
+            "baselines": list(self.baselines),
+            "controls": [asdict(c) for c in self.controls],
+            "checks": [asdict(c) | {"text": c.describe()} for c in self.checks],
+            "seeds": list(self.seeds),
+            "quick": self.quick,
+            "confidence": self.confidence,
+            "tuning": dict(self.tuning),
+            "settings": dict(self.settings),
+            "source": self.source,
+        }
+
+
+def load_claim_spec(
+    path: str | Path,
+    *,
+    subjects: Iterable[str],
+    metrics: Iterable[str],
+    quick: bool = False,
+    seeds: Sequence[int] | None = None,
+) -> ClaimSpec:
+    """Read and validate ``configs/claim.yaml`` before anything trains.
+
+    ``subjects``: every name the project can run (method, baselines, controls); ``metrics``: every
+    metric it computes. ``quick`` applies the file's ``quick:`` overrides; ``seeds`` (from
+    ``--seeds``) replaces the file's. Raises ``ClaimSpecError`` naming the problem: an unknown
+    method or metric, a missing negative or positive control, fewer than 3 seeds outside
+    ``--quick``, a malformed check.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ClaimSpecError(
+            f"{path} is missing: every reproduce pre-registers its checks and controls there."
+        )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ClaimSpecError(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ClaimSpecError(f"{path} must hold a mapping of keys (claim, method, checks, ...)")
+    overrides = raw.pop("quick", None) or {}
+    if quick:
+        raw = _deep_merge(raw, overrides)
+    if seeds is not None:
+        raw["seeds"] = list(seeds)
+    return _parse_spec(raw, str(path), set(subjects), set(metrics), quick)
+
+
+def _parse_spec(
+    raw: dict, source: str, known_subjects: set[str], known_metrics: set[str], quick: bool
+) -> ClaimSpec:
+    def fail(message: str) -> ClaimSpecError:
+        return ClaimSpecError(f"{source}: {message}")
+
+    unknown_keys = set(raw) - {
+        "claim",
+        "method",
+        "baselines",
+        "controls",
+        "checks",
+        "seeds",
+        "confidence",
+        "tuning",
+        "settings",
+    }
+    if unknown_keys:
+        raise fail(f"unknown keys {sorted(unknown_keys)}")
+    for key in ("claim", "method", "checks", "controls", "seeds"):
+        if not raw.get(key):
+            raise fail(f"'{key}' is missing or empty")
+
+    def known(name: Any, what: str) -> str:
+        if name not in known_subjects:
+            raise fail(
+                f"{what} '{name}' is not something this project runs; known: "
+                f"{sorted(known_subjects)}"
+            )
+        return name
+
+    method = known(raw["method"], "method")
+    baselines = tuple(known(b, "baseline") for b in raw.get("baselines") or ())
+
+    checks = []
+    for item in raw["checks"]:
+        if not isinstance(item, dict) or not item.get("name") or not item.get("metric"):
+            raise fail(f"each check needs a name and a metric, got {item!r}")
+        name = item["name"]
+        extra = set(item) - {f for f in Check.__dataclass_fields__}
+        if extra:
+            raise fail(f"check '{name}' has unknown keys {sorted(extra)}")
+        if item["metric"] not in known_metrics:
+            raise fail(
+                f"check '{name}' names the metric '{item['metric']}', which this project "
+                f"does not compute; known: {sorted(known_metrics)}"
+            )
+        if item.get("goal") not in ("higher", "lower"):
+            raise fail(f"check '{name}' needs goal: higher or goal: lower")
+        against = item.get("against") or ()
+        against = (against,) if isinstance(against, str) else tuple(against)
+        if (item.get("threshold") is None) == (not against):
+            raise fail(f"check '{name}' needs exactly one of 'threshold' or 'against'")
+        for reference in against:
+            known(reference, f"check '{name}': reference")
+        checks.append(
+            Check(
+                name=name,
+                metric=item["metric"],
+                goal=item["goal"],
+                threshold=None if item.get("threshold") is None else float(item["threshold"]),
+                against=against,
+                ratio=float(item.get("ratio", 1.0)),
+                margin=float(item.get("margin", 0.0)),
+                paired=bool(item.get("paired", True)),
+                where=str(item.get("where", "")),
+            )
+        )
+    names = [c.name for c in checks]
+    if len(set(names)) != len(names):
+        raise fail(f"check names repeat: {names}")
+
+    controls = []
+    declared = raw["controls"]
+    if not isinstance(declared, dict) or set(declared) - {"negative", "positive"}:
+        raise fail("'controls' must map 'negative' and 'positive' to lists of controls")
+    for role in ("negative", "positive"):
+        entries = declared.get(role) or []
+        if not entries:
+            kind = (
+                "a mechanism-free variant that must fail"
+                if role == "negative"
+                else ("an oracle or known-good variant that must pass")
+            )
+            raise fail(f"no {role} control: add {kind} the checks")
+        for entry in entries:
+            entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+            control_checks = tuple(entry.get("checks") or names)
+            missing = set(control_checks) - set(names)
+            if missing:
+                raise fail(f"control '{entry.get('name')}' names unknown checks {sorted(missing)}")
+            controls.append(
+                Control(
+                    name=known(entry.get("name"), f"{role} control"),
+                    role=role,
+                    why=str(entry.get("why", "")),
+                    checks=control_checks,
+                )
+            )
+    if method in {c.name for c in controls}:
+        raise fail(f"the method '{method}' cannot also be a control")
+
+    seeds = raw["seeds"]
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise fail(f"'seeds' must be a list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise fail(f"seeds repeat: {seeds}")
+    if not quick and len(seeds) < MIN_SEEDS:
+        raise fail(
+            f"a claim run needs at least {MIN_SEEDS} seeds, got {seeds} (only --quick "
+            "may use fewer)"
+        )
+    try:
+        tuning_grids(raw.get("tuning") or {}, {method, *baselines, *(c.name for c in controls)})
+    except ValueError as error:
+        raise fail(str(error)) from None
+    confidence = float(raw.get("confidence", 0.95))
+    if not 0 < confidence < 1:
+        raise fail(f"confidence must lie in (0, 1), got {confidence}")
+    return ClaimSpec(
+        claim=str(raw["claim"]).strip(),
+        method=method,
+        baselines=baselines,
+        controls=tuple(controls),
+        checks=tuple(checks),
+        seeds=tuple(seeds),
+        quick=quick,
+        confidence=confidence,
+        tuning=raw.get("tuning") or {},
+        settings=raw.get("settings") or {},
+        source=source,
+    )
+
+
+def _deep_merge(base: dict, override: Mapping) -> dict:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """One subject on one check: the advantage over the bar with its interval, and the call."""
+
+    subject: str
+    check: str
+    advantage: Interval  # > 0 is on the good side of the bar
+    passed: bool
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "advantage": self.advantage.as_dict()}
+
+
+@dataclass(frozen=True)
+class ControlOutcome:
+    name: str
+    role: str
+    passed_its_checks: bool
+    behaved: bool  # a negative control failed, a positive control passed
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str
+    reason: str
+    method_passed: bool
+    outcomes: Mapping[str, Mapping[str, CheckOutcome]]  # subject -> check -> outcome
+    controls: tuple[ControlOutcome, ...]
+
+    @property
+    def controls_behaved(self) -> bool:
+        return all(c.behaved for c in self.controls)
+
+
+def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judgement:
+    """Apply every check to the method and to every control; return the verdict and why."""
+    validate_results(spec, results)
+    judged = [spec.method, *(c.name for c in spec.controls)]
+    outcomes = {
+        subject: {
+            check.name: check_outcome(spec, check, subject, results, n_resamples=n_resamples)
+            for check in spec.checks
+        }
+        for subject in judged
+    }
+    method_passed = all(o.passed for o in outcomes[spec.method].values())
+    controls = []
+    for control in spec.controls:
+        passed = all(outcomes[control.name][name].passed for name in control.checks)
+        behaved = passed if control.role == "positive" else not passed
+        controls.append(ControlOutcome(control.name, control.role, passed, behaved))
+    misbehaved = [c for c in controls if not c.behaved]
+    if misbehaved:
+        verdict = "not shown"
+        reason = (
+            "; ".join(
+                f"the {c.role} control '{c.name}' "
+                + ("passed its checks" if c.role == "negative" else "failed a check")
+                for c in misbehaved
+            )
+            + ": the miniature cannot tell a working mechanism from a broken one"
+        )
+    elif method_passed:
+        verdict, reason = "held", "the method passed every check; the controls behaved"
+    else:
+        failed = [n for n, o in outcomes[spec.method].items() if not o.passed]
+        verdict = "did not hold"
+        reason = f"the method failed {', '.join(failed)}; the controls behaved"
+    return Judgement(verdict, reason, method_passed, outcomes, tuple(controls))
+
+
+def check_outcome(
+    spec: ClaimSpec, check: Check, subject: str, results: Results, *, n_resamples: int = 2000
+) -> CheckOutcome:
+    """The subject's advantage over the check's bar, with its interval (see the module doc).
+
+    Against several references the subject must clear each; the outcome reports the reference
+    it clears by the least (the lowest interval bound).
+    """
+    sign = 1.0 if check.goal == "higher" else -1.0
+    values = results[subject][check.metric]
+    if check.threshold is not None:
+        shifted = [sign * (a - check.threshold) - check.margin for a in per_seed_arrays(values)]
+        advantage = contrast_interval(
+            [(1.0, shifted)], confidence=spec.confidence, n_resamples=n_resamples
+        )
+    else:
+        candidates = []
+        for reference in check.against:
+            interval = contrast_interval(
+                [(sign, values), (-sign * check.ratio, results[reference][check.metric])],
+                paired=check.paired,
+                confidence=spec.confidence,
+                n_resamples=n_resamples,
+            )
+            candidates.append(_shift(interval, -check.margin))
+        advantage = min(candidates, key=lambda i: (_nan_low(i.low), i.estimate))
+    passed = bool(math.isfinite(advantage.low) and advantage.low > 0)
+    return CheckOutcome(subject, check.name, advantage, passed)
+
+
+def _shift(interval: Interval, by: float) -> Interval:
+    return Interval(
+        interval.estimate + by,
+        interval.low + by,
+        interval.high + by,
+        interval.method,
+        interval.paired,
+        interval.n_seeds,
+        interval.n_items,
+    )
+
+
+def _nan_low(value: float) -> float:
+    return value if math.isfinite(value) else -math.inf
+
+
+def validate_results(spec: ClaimSpec, results: Results) -> None:
+    """Every subject of the spec has every checked metric on every seed."""
+    for subject in spec.subjects:
+        if subject not in results:
+            raise ClaimSpecError(f"no results for '{subject}' (declared in {spec.source})")
+        for metric in spec.metrics:
+            values = results[subject].get(metric)
+            if values is None:
+                raise ClaimSpecError(f"'{subject}' has no values of the metric '{metric}'")
+            if len(values) != len(spec.seeds):
+                raise ClaimSpecError(
+                    f"'{subject}' has {len(values)} values of '{metric}' for "
+                    f"{len(spec.seeds)} seeds {list(spec.seeds)}"
+                )
+
+
+def summarise(
+    spec: ClaimSpec, results: Results, *, n_resamples: int = 2000
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """subject -> metric -> ``{"mean", "ci", "per_seed", "interval"}`` for every metric the
+    run reported (not only the checked ones)."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for subject, metrics in results.items():
+        table[subject] = {}
+        for metric, values in metrics.items():
+            interval = contrast_interval(
+                [(1.0, values)], confidence=spec.confidence, n_resamples=n_resamples
+            )
+            table[subject][metric] = {
+                "mean": interval.estimate,
+                "ci": [interval.low, interval.high],
+                "per_seed": per_seed_means(values),
+                "interval": interval.method,
+            }
+    return table
+
+
+def run_seeds(
+    spec: ClaimSpec, run_one: Callable[[str, int], Mapping[str, Any]]
+) -> dict[str, dict[str, list]]:
+    """Call ``run_one(subject, seed)`` for every subject and seed; collect its metrics.
+
+    ``run_one`` returns metric -> value (or per-item values) for that subject and seed.
+    """
+    results: dict[str, dict[str, list]] = {s: {} for s in spec.subjects}
+    for seed in spec.seeds:
+        for subject in spec.subjects:
+            for metric, value in run_one(subject, seed).items():
+                results[subject].setdefault(metric, []).append(value)
+    return results

@@ -1,0 +1,354 @@
+"""The claim protocol: spec validation, intervals, verdicts, tuning and the schema-2 record."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from papers_eval import (
+    CLAIM_FIELDS,
+    ClaimSpecError,
+    RecordSchemaError,
+    contrast_interval,
+    judge,
+    load_claim,
+    load_claim_spec,
+    run_seeds,
+    tune,
+    write_claim,
+    write_results,
+)
+
+SUBJECTS = ("method", "baseline", "broken", "oracle")
+METRICS = ("error", "accuracy")
+
+
+def spec_text(**overrides) -> dict:
+    spec = {
+        "claim": "The method has lower error than the baseline.",
+        "method": "method",
+        "baselines": ["baseline"],
+        "controls": {
+            "negative": [{"name": "broken", "why": "no mechanism"}],
+            "positive": [{"name": "oracle", "why": "knows the answer"}],
+        },
+        "seeds": [0, 1, 2],
+        "checks": [
+            {"name": "beats_baseline", "metric": "error", "goal": "lower", "against": "baseline"}
+        ],
+        "quick": {"seeds": [0]},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def write_spec(tmp_path, **overrides):
+    path = tmp_path / "claim.yaml"
+    path.write_text(yaml.safe_dump(spec_text(**overrides)))
+    return path
+
+
+def load(tmp_path, quick=False, **overrides):
+    path = write_spec(tmp_path, **overrides)
+    return load_claim_spec(path, subjects=SUBJECTS, metrics=METRICS, quick=quick)
+
+
+def results_with(errors: dict[str, float], n_items=50, noise=0.1, seeds=3) -> dict:
+    """Per-item errors around each subject's mean; the items are shared across subjects."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for subject, mean in errors.items():
+        out[subject] = {
+            "error": [mean + noise * rng.standard_normal(n_items) for _ in range(seeds)],
+            "accuracy": [1 - mean for _ in range(seeds)],
+        }
+    return out
+
+
+# spec validation: clear errors before anything trains
+
+
+def test_a_valid_spec_loads_with_its_subjects_and_quick_overrides(tmp_path):
+    spec = load(tmp_path)
+    assert spec.subjects == ("method", "baseline", "broken", "oracle")
+    assert spec.seeds == (0, 1, 2) and not spec.quick
+    assert load(tmp_path, quick=True).seeds == (0,)
+    assert spec.checks[0].describe() == "error below baseline"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"method": "nosuch"}, "method 'nosuch' is not something this project runs"),
+        (
+            {"checks": [{"name": "c", "metric": "f1", "goal": "higher", "threshold": 0.5}]},
+            "metric 'f1', which this project does not compute",
+        ),
+        ({"seeds": [0, 1]}, "at least 3 seeds"),
+        ({"controls": {"negative": ["broken"]}}, "no positive control"),
+        ({"controls": {"positive": ["oracle"]}}, "no negative control"),
+        (
+            {"checks": [{"name": "c", "metric": "error", "goal": "lower"}]},
+            "exactly one of 'threshold' or 'against'",
+        ),
+        (
+            {"checks": [{"name": "c", "metric": "error", "goal": "down", "threshold": 1}]},
+            "goal: higher or goal: lower",
+        ),
+        ({"tuning": {"split": "test", "metric": "error", "goal": "lower"}}, "never the test"),
+        (
+            {
+                "tuning": {
+                    "split": "val",
+                    "metric": "error",
+                    "goal": "lower",
+                    "grid": {"lr": [1, 2]},
+                    "per_subject": {"baseline": {"tau": [1, 2]}},
+                }
+            },
+            "unequal tuning budgets",
+        ),
+        ({"typo": 1}, "unknown keys"),
+    ],
+)
+def test_bad_specs_are_clear_errors(tmp_path, overrides, message):
+    with pytest.raises(ClaimSpecError, match=message):
+        load(tmp_path, **overrides)
+
+
+def test_fewer_seeds_are_allowed_only_for_quick_runs(tmp_path):
+    assert load(tmp_path, quick=True, seeds=[0, 1]).seeds == (0,)  # quick overrides
+    path = write_spec(tmp_path)
+    with pytest.raises(ClaimSpecError, match="at least 3 seeds"):
+        load_claim_spec(path, subjects=SUBJECTS, metrics=METRICS, seeds=[5])
+    assert load_claim_spec(path, subjects=SUBJECTS, metrics=METRICS, seeds=[4, 5, 6]).seeds == (
+        4,
+        5,
+        6,
+    )
+
+
+def test_a_missing_spec_file_says_where(tmp_path):
+    with pytest.raises(ClaimSpecError, match="missing"):
+        load_claim_spec(tmp_path / "nope.yaml", subjects=SUBJECTS, metrics=METRICS)
+
+
+# the verdict, on hand-made outcomes
+
+
+@pytest.mark.parametrize(
+    ("errors", "verdict"),
+    [
+        ({"method": 0.5, "baseline": 1.0, "broken": 1.2, "oracle": 0.1}, "held"),
+        ({"method": 1.1, "baseline": 1.0, "broken": 1.2, "oracle": 0.1}, "did not hold"),
+        # the negative control passes: the check cannot tell broken from working
+        ({"method": 0.5, "baseline": 1.0, "broken": 0.5, "oracle": 0.1}, "not shown"),
+        # the positive control fails: the miniature cannot reward the mechanism
+        ({"method": 0.5, "baseline": 1.0, "broken": 1.2, "oracle": 1.3}, "not shown"),
+        # a method that fails does not turn "not shown" into "did not hold"
+        ({"method": 1.5, "baseline": 1.0, "broken": 0.2, "oracle": 0.1}, "not shown"),
+    ],
+)
+def test_verdict_follows_the_checks_and_the_controls(tmp_path, errors, verdict):
+    judgement = judge(load(tmp_path), results_with(errors))
+    assert judgement.verdict == verdict
+    if verdict == "not shown":
+        assert "control" in judgement.reason
+
+
+def test_a_check_passes_only_when_the_whole_interval_clears_the_bar(tmp_path):
+    spec = load(tmp_path)
+    # a small true advantage drowned in item noise: the interval straddles 0
+    judgement = judge(spec, results_with({**dict.fromkeys(SUBJECTS, 1.0), "method": 0.99}, 20, 1))
+    outcome = judgement.outcomes["method"]["beats_baseline"]
+    assert outcome.advantage.low < 0 < outcome.advantage.high and not outcome.passed
+
+
+def test_threshold_ratio_and_margin_checks(tmp_path):
+    checks = [
+        {"name": "accurate", "metric": "accuracy", "goal": "higher", "threshold": 0.4},
+        {
+            "name": "halves_error",
+            "metric": "error",
+            "goal": "lower",
+            "against": ["baseline"],
+            "ratio": 0.5,
+            "margin": 0.05,
+        },
+    ]
+    spec = load(tmp_path, checks=checks)
+    errors = {"method": 0.4, "baseline": 1.0, "broken": 1.0, "oracle": 0.1}
+    results = results_with(errors, noise=0.01)
+    results["method"]["accuracy"] = [0.6, 0.61, 0.59]
+    outcome = judge(spec, results).outcomes["method"]
+    assert outcome["accurate"].advantage.estimate == pytest.approx(0.2)
+    # 0.5 * 1.0 - 0.4 - 0.05 = 0.05 advantage
+    assert outcome["halves_error"].advantage.estimate == pytest.approx(0.05, abs=0.01)
+    assert outcome["accurate"].passed and outcome["halves_error"].passed
+
+
+def test_against_several_references_reports_the_closest(tmp_path):
+    checks = [
+        {
+            "name": "beats_all",
+            "metric": "error",
+            "goal": "lower",
+            "against": ["baseline", "broken"],
+        }
+    ]
+    spec = load(tmp_path, checks=checks, controls={"negative": ["broken"], "positive": ["oracle"]})
+    results = results_with({"method": 0.5, "baseline": 1.0, "broken": 0.6, "oracle": 0.1})
+    outcome = judge(spec, results).outcomes["method"]["beats_all"]
+    assert outcome.advantage.estimate == pytest.approx(0.1, abs=0.03)
+
+
+def test_results_missing_a_subject_or_a_seed_are_refused(tmp_path):
+    spec = load(tmp_path)
+    results = results_with(dict.fromkeys(SUBJECTS, 1.0))
+    del results["oracle"]
+    with pytest.raises(ClaimSpecError, match="no results for 'oracle'"):
+        judge(spec, results)
+    results = results_with(dict.fromkeys(SUBJECTS, 1.0), seeds=2)
+    with pytest.raises(ClaimSpecError, match="2 values of 'error' for 3 seeds"):
+        judge(spec, results)
+
+
+# intervals
+
+
+def coverage(draw, truth, replications=300) -> float:
+    return np.mean([lo <= truth <= hi for lo, hi in (draw(r) for r in range(replications))])
+
+
+def test_t_interval_over_three_seeds_covers_at_the_nominal_rate():
+    def draw(r):
+        values = np.random.default_rng(r).normal(2.0, 1.0, size=3)
+        interval = contrast_interval([(1.0, list(values))])
+        assert interval.method == "t over seeds"
+        return interval.low, interval.high
+
+    assert 0.91 <= coverage(draw, 2.0) <= 0.99
+
+
+def test_two_stage_bootstrap_covers_at_about_the_nominal_rate_when_items_dominate():
+    def draw(r):
+        rng = np.random.default_rng(r)
+        seeds = [0.5 + 0.02 * rng.standard_normal() + rng.standard_normal(100) for _ in range(3)]
+        interval = contrast_interval([(1.0, seeds)], n_resamples=400, seed=r)
+        assert interval.method == "two-stage bootstrap"
+        return interval.low, interval.high
+
+    assert 0.90 <= coverage(draw, 0.5) <= 0.995
+
+
+def test_paired_intervals_are_narrower_when_items_are_shared():
+    rng = np.random.default_rng(0)
+    difficulty = [rng.normal(0, 1.0, 200) for _ in range(3)]  # what every method shares
+    a = [d + 0.1 + 0.05 * rng.standard_normal(200) for d in difficulty]
+    b = [d + 0.05 * rng.standard_normal(200) for d in difficulty]
+    paired = contrast_interval([(1.0, a), (-1.0, b)], paired=True)
+    unpaired = contrast_interval([(1.0, a), (-1.0, b)], paired=False)
+    assert paired.estimate == pytest.approx(unpaired.estimate)
+    assert paired.low > 0  # the shared difficulty cancels
+    assert unpaired.low < 0 < unpaired.high  # it does not when resampled separately
+    assert (paired.high - paired.low) < 0.2 * (unpaired.high - unpaired.low)
+
+
+def test_paired_needs_the_same_items():
+    with pytest.raises(ValueError, match="same items"):
+        contrast_interval([(1.0, [np.zeros(3)]), (-1.0, [np.zeros(4)])], paired=True)
+
+
+def test_one_seed_gives_no_interval_and_cannot_pass(tmp_path):
+    spec = load(tmp_path, quick=True)
+    results = {s: {"error": [e], "accuracy": [0.5]} for s, e in zip(SUBJECTS, [0.1, 1, 2, 0])}
+    judgement = judge(spec, results)
+    assert judgement.outcomes["method"]["beats_baseline"].advantage.method.startswith("one seed")
+    assert not judgement.method_passed and judgement.verdict == "not shown"
+
+
+# tuning
+
+
+def test_tune_gives_every_subject_the_same_grid_and_keeps_the_best(tmp_path):
+    spec = load(
+        tmp_path,
+        tuning={"split": "val", "metric": "error", "goal": "lower", "grid": {"lr": [1, 2, 3]}},
+    )
+    calls = []
+
+    def score(subject, params, seed):
+        calls.append((subject, params["lr"], seed))
+        return float("nan") if params["lr"] == 1 else abs(params["lr"] - 2.2)
+
+    result = tune(spec, score)
+    assert len(calls) == 3 * len(SUBJECTS) and {c[2] for c in calls} == {0}
+    assert all(best == {"lr": 2} for best in result.best.values())
+    assert result.as_dict()["trials"]["oracle"][0]["params"] == {"lr": 1}
+
+
+# the record
+
+
+def test_write_claim_round_trips_and_renders_every_part(tmp_path):
+    spec = load(tmp_path)
+    results = run_seeds(
+        spec,
+        lambda subject, seed: {
+            "error": {"method": 0.5, "baseline": 1.0, "broken": 1.2, "oracle": 0.1}[subject]
+            + 0.01 * np.random.default_rng(seed).standard_normal(30),
+            "accuracy": 0.5,
+        },
+    )
+    judgement = judge(spec, results)
+    path = write_claim(
+        tmp_path / "out",
+        project="demo",
+        spec=spec,
+        results=results,
+        judgement=judgement,
+        config={"lr": 0.1},
+        wall_time_s=1.0,
+        evidence={"weights_moved": 0.3},
+    )
+    record = load_claim(path)
+    assert set(CLAIM_FIELDS) <= set(record)
+    assert record["verdict"] == "held" and record["seeds"] == [0, 1, 2]
+    assert len(record["metrics"]["method"]["error"]["per_seed"]) == 3
+    assert {c["name"]: c["behaved"] for c in record["controls"]} == {
+        "broken": True,
+        "oracle": True,
+    }
+    assert (
+        record["headline"].startswith("error: method 0.49")
+        and "vs baseline 0.99" in record["headline"]
+    )
+    md = (tmp_path / "out" / "claim.md").read_text()
+    for text in ("**Verdict: held.**", "| beats_baseline | error below baseline |", "broken"):
+        assert text in md
+    assert "weights_moved" in md
+
+
+def test_load_claim_refuses_a_schema_1_record_naming_the_change(tmp_path):
+    write_results(
+        tmp_path,
+        project="old",
+        experiment="x",
+        claim="c",
+        criterion="a > b",
+        holds=True,
+        metrics={"m": {"a": 1.0}},
+        config={},
+        seeds=[0],
+        wall_time_s=0.0,
+    )
+    with pytest.raises(
+        RecordSchemaError, match="schema-1 record; schema 1 .* replaced by schema 2"
+    ):
+        load_claim(tmp_path / "claim.json")
+    (tmp_path / "partial.json").write_text(json.dumps({"schema_version": 2}))
+    with pytest.raises(ValueError, match="missing fields"):
+        load_claim(tmp_path / "partial.json")
