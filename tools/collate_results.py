@@ -9,10 +9,11 @@ The table sits between the markers below; nothing between them is typed by hand.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tomllib
 from pathlib import Path
+
+from papers_eval import RecordSchemaError, load_claim, load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- papers-table:start -->", "<!-- papers-table:end -->"
@@ -23,32 +24,53 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _result_cell(slug: str, record: dict) -> str:
-    holds = "claim held" if record["holds"] else "claim did not hold"
-    headline = _cell(record.get("headline") or "")
-    link = f"[{holds}](projects/{slug}/results/claim.md)"
-    return f"{link}: {headline}" if headline else link
+def result_cells(slug: str, claim_file: Path) -> list[str]:
+    """[verdict (linked to claim.md), controls, seeds, headline] of one project's record.
+
+    A schema-1 record (before the claim protocol) is shown as such: its project typed its own
+    criterion and ran no controls, so it is never displayed as a verdict.
+    """
+    link = f"projects/{slug}/results/claim.md"
+    try:
+        record = load_claim(claim_file)
+    except RecordSchemaError:
+        record = load_results(claim_file)
+        own = "held" if record["holds"] else "did not hold"
+        verdict = f"[pre-protocol record]({link}) (its own criterion: {own})"
+        controls = "none"
+    else:
+        quick = " (quick run)" if record["quick"] else ""
+        verdict = f"[{record['verdict']}]({link}){quick}"
+        behaved = sum(c["behaved"] for c in record["controls"])
+        controls = f"{behaved}/{len(record['controls'])} as required"
+    headline = _cell(record.get("headline") or "") or "-"
+    return [verdict, controls, str(len(record["seeds"])), headline]
 
 
 def build_table(root: Path = ROOT) -> str:
     papers = tomllib.loads((root / "papers.toml").read_text())["paper"]
-    rows = [
-        "| paper | slug | claim (one line) | status | measured miniature result |",
-        "|---|---|---|---|---|",
+    columns = [
+        "paper",
+        "slug",
+        "claim (one line)",
+        "verdict",
+        "controls",
+        "seeds",
+        "measured miniature result",
     ]
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for paper in papers:
         slug = paper["slug"]
         project = root / "projects" / slug
         claim_file = project / "results" / "claim.json"
         if not project.is_dir():
-            status, result, name = "planned", "-", slug
+            name, cells = slug, ["planned", "-", "-", "-"]
         elif claim_file.is_file():
-            status, name = "implemented", f"[{slug}](projects/{slug})"
-            result = _result_cell(slug, json.loads(claim_file.read_text()))
+            name, cells = f"[{slug}](projects/{slug})", result_cells(slug, claim_file)
         else:
-            status, result, name = "in progress", "not yet measured", f"[{slug}](projects/{slug})"
+            name, cells = f"[{slug}](projects/{slug})", ["in progress", "-", "-", "-"]
         title, claim = _cell(paper["title"]), _cell(paper["claim"])
-        rows.append(f"| {title} | {name} | {claim} | {status} | {result} |")
+        rows.append(f"| {title} | {name} | {claim} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
