@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from importlib.metadata import entry_points
 
+from papers_cli.errors import user_errors
 from papers_cli.projects import find_project, registered_projects, workspace_projects
 
 
@@ -40,7 +41,8 @@ def dispatch(command: str) -> int:
         )
         print(_usage(command, reason), file=sys.stderr)
         return 2
-    result = next(iter(matches)).load()()
+    with user_errors():  # e.g. a bad configs/claim.yaml: one paragraph and exit 2
+        result = next(iter(matches)).load()()
     return result if isinstance(result, int) else 0
 
 

@@ -5,9 +5,14 @@ What it adds to ``lightning.pytorch.cli.LightningCLI``:
 - ``configs/default.yaml`` of the *project* (found from the module's file, never the working
   directory) is always loaded first; any ``--config`` layers on top of it;
 - trainer defaults from ``papers_gpu`` (bf16-mixed on capable GPUs, 32-true on CPU, DDP on
-  several GPUs), run outputs under ``runs/<slug>/``, a rich progress bar, Lightning's
-  ThroughputMonitor (samples/s; MFU when the module defines ``flops_per_batch``), peak-memory
-  logging and a ``summary_rank<k>.json`` per process at the end of ``fit``;
+  several GPUs), run outputs under ``runs/<slug>/``, a rich progress bar (dropped by
+  ``--trainer.enable_progress_bar false``), Lightning's ThroughputMonitor (samples/s; MFU when
+  the module defines ``flops_per_batch``), peak-memory logging and a ``summary_rank<k>.json``
+  per process at the end of ``fit``;
+- on every fit: per-step re-seeding from (seed, rank, epoch, batch) (``SeedEveryStep``: ranks
+  draw different noise, resumed runs repeat the uninterrupted run), and a ``last.ckpt`` when a
+  fit took no optimizer step (``FitEndCheckpoint``), so ``train test --ckpt_path`` always has
+  something to load;
 - ``save_config_kwargs={"overwrite": True}`` so reruns in the same folder do not fail;
 - user-facing errors (missing data, bad input) print one paragraph and exit 2.
 """
@@ -28,20 +33,27 @@ from typing import Any
 # actionable for users of `uv run train`, so they are silenced before jsonargparse loads.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
+import torch  # noqa: E402
 from lightning.pytorch import Callback, LightningModule, Trainer  # noqa: E402
-from lightning.pytorch.callbacks import RichProgressBar  # noqa: E402
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar  # noqa: E402
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
 from papers_cli.errors import UserError, user_errors  # noqa: E402
 from papers_cli.projects import find_project, project_dir_of  # noqa: E402
-from papers_gpu import PeakMemoryMonitor, throughput_monitor, trainer_defaults  # noqa: E402
+from papers_gpu import (  # noqa: E402
+    PeakMemoryMonitor,
+    SeedEveryStep,
+    throughput_monitor,
+    trainer_defaults,
+)
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 class RunSummary(Callback):
     """Writes ``summary_rank<k>.json`` into the log folder when ``fit`` ends, on every rank:
-    world size, steps, final logged metrics, parameter count and shapes, wall time.
+    world size, steps, final logged metrics, parameter count and shapes, wall time, the
+    checkpoint written and the seed of the rank's last noise draws.
 
     One file per process makes multi-process runs checkable: each rank must leave its own.
     """
@@ -67,9 +79,46 @@ class RunSummary(Callback):
             "num_parameters": sum(p.numel() for p in pl_module.parameters()),
             "parameter_shapes": {n: list(p.shape) for n, p in pl_module.named_parameters()},
             "wall_time_s": round(time.perf_counter() - self._start, 3),
+            "checkpoint": _checkpoint_path(trainer),
+            "noise_seed": torch.initial_seed(),  # differs across ranks under SeedEveryStep
         }
         path = folder / f"summary_rank{trainer.global_rank}.json"
         path.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def _checkpoint_path(trainer: Trainer) -> str | None:
+    """The newest checkpoint this fit wrote (last, else best), or None."""
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        return None
+    return getattr(callback, "last_model_path", "") or callback.best_model_path or None
+
+
+class FitEndCheckpoint(Callback):
+    """Saves ``last.ckpt`` when a fit ends without having written any checkpoint.
+
+    ModelCheckpoint saves only after optimizer steps, so a fit that never calls ``opt.step()``
+    (a closed-form or EM fit under manual optimisation, where ``global_step`` stays 0) would
+    leave nothing for ``train test --ckpt_path`` to load. Its fitted parameters are saved here.
+    """
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        callback = trainer.checkpoint_callback
+        if callback is None or trainer.fast_dev_run or _checkpoint_path(trainer):
+            return
+        path = Path(callback.dirpath or trainer.default_root_dir) / "last.ckpt"
+        trainer.save_checkpoint(path)
+        callback.last_model_path = str(path)
+
+
+class PapersProgressBar(RichProgressBar):
+    """Rich's bar, reading ``Epoch 3`` rather than ``Epoch 3/-2`` when ``max_steps`` (not
+    ``max_epochs``) bounds the run."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        if self.trainer.max_epochs not in (None, -1):
+            return super()._get_train_description(current_epoch)
+        return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"
 
 
 class PapersArgumentParser(LightningArgumentParser):
@@ -119,7 +168,7 @@ class PapersCLI(LightningCLI):
             "default_root_dir": run_dir,
             "logger": default_logger(run_dir),
             "callbacks": [
-                RichProgressBar(leave=True),
+                PapersProgressBar(leave=True),
                 PeakMemoryMonitor(),
                 throughput_monitor(),
                 RunSummary(),
@@ -142,6 +191,19 @@ class PapersCLI(LightningCLI):
             parser_class=PapersArgumentParser,
             args=args,
             **kwargs,
+        )
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+        # A progress bar among the defaults would make `--trainer.enable_progress_bar false`
+        # an error; every fit re-seeds per step and saves at least one checkpoint.
+        if config.get("enable_progress_bar") is False:
+            defaults = self.trainer_defaults.get("callbacks") or []
+            self.trainer_defaults = {
+                **self.trainer_defaults,
+                "callbacks": [c for c in defaults if not isinstance(c, ProgressBar)],
+            }
+        return super()._instantiate_trainer(
+            config, [*callbacks, SeedEveryStep(), FitEndCheckpoint()]
         )
 
 

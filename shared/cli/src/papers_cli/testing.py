@@ -1,4 +1,4 @@
-"""Test helper for paper projects: a real multi-process run of `train`.
+"""Test helpers for paper projects: a real multi-process run of `train`, and the resume check.
 
     reference = json.loads((single_run_dir / "summary_rank0.json").read_text())
     summaries = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
@@ -7,6 +7,11 @@ It runs the workspace's `train` console script (the same dispatcher a user runs)
 folder as a CPU DDP job (gloo backend), checks that every rank finished under DDP, optionally that
 each rank trained the same model and logged the same metrics as a single-process run, and returns
 each rank's ``summary_rank<k>.json``.
+
+    check_resume(train, tiny_args, steps=8, root_dir=tmp_path)
+
+trains 8 steps straight, and 4 steps, then resumes from that run's checkpoint for 4 more, and
+fails unless parameters, optimizer state and the last logged metrics agree.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 
 def run_ddp_train(
@@ -65,8 +72,12 @@ def run_ddp_train(
 def check_summaries(
     summaries: Sequence[dict[str, Any]], devices: int, reference: dict[str, Any] | None = None
 ) -> None:
-    """Every rank ran under DDP with ``devices`` processes and, given a single-process
-    ``reference``, trained the same parameter shapes and logged the same metric names."""
+    """Every rank ran under DDP with ``devices`` processes, drew its own noise and, given a
+    single-process ``reference``, trained the same parameter shapes and logged the same metric
+    names."""
+    seeds = [summary.get("noise_seed") for summary in summaries]
+    if devices > 1 and None not in seeds and len(set(seeds)) < len(seeds):
+        raise AssertionError(f"ranks drew the same noise (last seeds {seeds})")
     for rank, summary in enumerate(summaries):
         if summary["world_size"] != devices or summary["strategy"] != "DDPStrategy":
             raise AssertionError(f"rank {rank} ran {summary['strategy']} x{summary['world_size']}")
@@ -79,3 +90,142 @@ def check_summaries(
                 f"rank {rank} logged {sorted(summary['metrics'])}, "
                 f"the reference {sorted(reference['metrics'])}"
             )
+
+
+def check_resume(
+    train: Callable[[list[str]], Any],
+    args: Sequence[str],
+    steps: int,
+    root_dir: str | os.PathLike,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    ignore_metrics: Sequence[str] = ("peak_memory", "per_sec", "time"),
+) -> dict[str, float]:
+    """Resuming continues exactly: ``steps`` straight vs ``steps // 2``, checkpoint, resume, rest.
+
+    ``train(argv)`` is the project's ``train`` (it returns the CLI); ``args`` shrink its default
+    config so that ``steps // 2`` ends an epoch: Lightning resumes mid-epoch exactly only from a
+    stateful dataloader. Compares parameters, optimizer state, global step and the last logged
+    metrics (except those whose names contain an ``ignore_metrics`` part: memory and timing) to
+    ``rtol``/``atol``; raises AssertionError naming what differs; returns the largest absolute
+    difference per part.
+    """
+    root_dir = Path(root_dir)
+
+    def fit(name: str, max_steps: int, *extra: str):
+        return train(
+            [
+                "fit",
+                *args,
+                f"--trainer.max_steps={max_steps}",
+                "--trainer.enable_checkpointing=true",
+                f"--trainer.default_root_dir={root_dir / name}",
+                *extra,
+            ]
+        )
+
+    straight = fit("straight", steps)
+    half = fit("half", steps // 2)
+    per_epoch = half.trainer.num_training_batches
+    if (steps // 2) % per_epoch:
+        raise ValueError(
+            f"steps // 2 = {steps // 2} is not a multiple of the {per_epoch} batches per epoch: "
+            "pick steps (or limit_train_batches) so that the checkpoint ends an epoch"
+        )
+    checkpoint = half.trainer.checkpoint_callback
+    path = checkpoint and (checkpoint.last_model_path or checkpoint.best_model_path)
+    if not path:
+        raise AssertionError(f"the {steps // 2}-step run wrote no checkpoint under {root_dir}")
+    resumed = fit("resumed", steps, f"--ckpt_path={path}")
+    problems: list[str] = []
+    if resumed.trainer.global_step != straight.trainer.global_step:
+        problems.append(
+            f"global_step {resumed.trainer.global_step} after resuming, "
+            f"{straight.trainer.global_step} straight"
+        )
+    differences = {
+        "parameters": _compare(
+            straight.model.state_dict(),
+            resumed.model.state_dict(),
+            "parameter",
+            problems,
+            rtol,
+            atol,
+        ),
+        "optimizer": _compare(
+            [o.state_dict() for o in straight.trainer.optimizers],
+            [o.state_dict() for o in resumed.trainer.optimizers],
+            "optimizer state",
+            problems,
+            rtol,
+            atol,
+        ),
+        "metrics": _compare(
+            _kept(straight.trainer.callback_metrics, ignore_metrics),
+            _kept(resumed.trainer.callback_metrics, ignore_metrics),
+            "logged metric",
+            problems,
+            rtol,
+            atol,
+        ),
+    }
+    if problems:
+        raise AssertionError("resuming did not continue exactly:\n  " + "\n  ".join(problems))
+    return differences
+
+
+def _kept(metrics: Mapping[str, Any], ignore: Sequence[str]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if not any(part in k for part in ignore)}
+
+
+def _compare(
+    expected: Any,
+    actual: Any,
+    what: str,
+    problems: list[str],
+    rtol: float,
+    atol: float,
+    name: str = "",
+) -> float:
+    """Largest absolute difference between two nested structures of tensors and numbers;
+    appends a line to ``problems`` for every mismatch in structure or value."""
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        if set(expected) != set(actual):
+            problems.append(
+                f"{what} keys differ at {name or 'top'}: "
+                f"{sorted(map(str, set(expected) ^ set(actual)))}"
+            )
+            return float("inf")
+        return max(
+            [
+                _compare(expected[k], actual[k], what, problems, rtol, atol, f"{name}.{k}")
+                for k in expected
+            ],
+            default=0.0,
+        )
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
+        if len(expected) != len(actual):
+            problems.append(f"{what} lengths differ at {name}")
+            return float("inf")
+        return max(
+            [
+                _compare(e, a, what, problems, rtol, atol, f"{name}[{i}]")
+                for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+            ],
+            default=0.0,
+        )
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        e, a = torch.as_tensor(expected).double(), torch.as_tensor(actual).double()
+        if e.shape != a.shape:
+            problems.append(f"{what} {name}: shape {tuple(e.shape)} vs {tuple(a.shape)}")
+            return float("inf")
+        if not torch.allclose(e, a, rtol=rtol, atol=atol, equal_nan=True):
+            difference = (e - a).abs().nan_to_num(0).max().item()
+            problems.append(f"{what} {name}: differs by up to {difference:.3g}")
+            return difference
+        return (e - a).abs().nan_to_num(0).max().item() if e.numel() else 0.0
+    if expected != actual:
+        problems.append(f"{what} {name}: {expected!r} vs {actual!r}")
+        return float("inf")
+    return 0.0

@@ -12,6 +12,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ThroughputMonitor
 
+from papers_gpu.hardware import derived_seed, run_seed, seed_all_generators
+
 
 def infer_batch_size(batch: Any) -> int:
     """Samples in a batch: a graph batch's ``num_graphs``, else the leading dimension of the
@@ -60,3 +62,31 @@ class PeakMemoryMonitor(Callback):
         self.last_peak_mb = peak_memory_mb(pl_module.device)
         # The largest process's peak is what a device must hold.
         pl_module.log("peak_memory_mb", self.last_peak_mb, sync_dist=True, reduce_fx="max")
+
+
+class SeedEveryStep(Callback):
+    """Re-seeds the global generators from (run seed, rank, epoch, batch) at the start of every
+    training epoch and batch.
+
+    Two things follow that a single ``seed_everything`` at start-up cannot give: under DDP every
+    rank draws different noise (the same seed on every rank would repeat one draw ``world_size``
+    times), and a run resumed from a checkpoint draws exactly what the uninterrupted run drew
+    (Lightning does not checkpoint generator states). Model initialisation and data generation
+    happen before fit starts and stay identical on every rank.
+    """
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.run_seed = run_seed()
+
+    def _seed(self, trainer: Trainer, batch: int) -> None:
+        seed_all_generators(
+            derived_seed(self.run_seed, trainer.global_rank, trainer.current_epoch, batch)
+        )
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._seed(trainer, -1)  # before the epoch's shuffle is drawn
+
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._seed(trainer, batch_idx)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch import seed_everything as _lightning_seed_everything
 
@@ -72,3 +74,23 @@ def seed_everything(seed: int, deterministic: bool = False) -> int:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
     return seed
+
+
+def run_seed(default: int = 0) -> int:
+    """The seed of the current run: what ``seed_everything`` (the CLI's ``seed_everything``
+    key) last set, else ``default``."""
+    return int(os.environ.get("PL_GLOBAL_SEED", default))
+
+
+def derived_seed(*keys: int) -> int:
+    """A 63-bit seed that depends on every key (run seed, rank, epoch, batch, ...); nearby keys
+    give unrelated streams (NumPy's SeedSequence hashing)."""
+    state = np.random.SeedSequence([k & 0xFFFFFFFF for k in keys]).generate_state(2, np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1]))
+
+
+def seed_all_generators(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators (CUDA included) with one seed."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (the global generator is what is re-seeded)
+    torch.manual_seed(seed)
