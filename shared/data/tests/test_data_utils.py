@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from papers_data import (
     DATA_ROOT_ENV,
@@ -109,3 +110,17 @@ def test_bundled_sklearn_digits():
     images, labels = load_sklearn_digits()
     assert images.shape == (1797, 8, 8) and images.min() >= 0.0 and images.max() <= 1.0
     assert set(labels.tolist()) == set(range(10))
+
+
+def test_epoch_shuffle_depends_only_on_seed_and_epoch():
+    from papers_data import EpochShuffle
+
+    epoch = {"now": 0}
+    order = EpochShuffle(10, seed=3, epoch=lambda: epoch["now"])
+    first = list(order)
+    assert sorted(first) == list(range(10)) and len(order) == 10
+    torch.manual_seed(123)  # the global generator plays no part
+    assert list(order) == first
+    epoch["now"] = 1
+    assert list(order) != first
+    assert list(EpochShuffle(10, seed=4, epoch=lambda: 0)) != first

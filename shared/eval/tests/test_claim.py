@@ -264,7 +264,9 @@ def test_paired_needs_the_same_items():
 
 def test_one_seed_gives_no_interval_and_cannot_pass(tmp_path):
     spec = load(tmp_path, quick=True)
-    results = {s: {"error": [e], "accuracy": [0.5]} for s, e in zip(SUBJECTS, [0.1, 1, 2, 0])}
+    results = {
+        s: {"error": [e], "accuracy": [0.5]} for s, e in zip(SUBJECTS, [0.1, 1, 2, 0], strict=True)
+    }
     judgement = judge(spec, results)
     assert judgement.outcomes["method"]["beats_baseline"].advantage.method.startswith("one seed")
     assert not judgement.method_passed and judgement.verdict == "not shown"

@@ -119,6 +119,9 @@ def check_resume(
                 "fit",
                 *args,
                 f"--trainer.max_steps={max_steps}",
+                # Only max_steps may bound the runs: a run restored from an epoch-end checkpoint
+                # counts that epoch twice, so a max_epochs bound would stop it one epoch early.
+                "--trainer.max_epochs=-1",
                 "--trainer.enable_checkpointing=true",
                 f"--trainer.default_root_dir={root_dir / name}",
                 *extra,
