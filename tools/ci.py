@@ -156,15 +156,21 @@ def tally(status: int, counts: tuple[int, int, int]) -> tuple[int, int, int]:
 def run_pytest(
     label: str, paths: list[str], marker: str | None, sync: list[str]
 ) -> tuple[int, int, int]:
-    """Sync the environment, run pytest, and count; a failed sync or an empty lane is a failure."""
+    """Sync the environment, run pytest, and count; a failed sync or an empty lane is a failure.
+
+    Each lane gets its own pytest temp root, so nothing depends on what earlier runs left in
+    /tmp/pytest-of-<user> (nor on its numbering), and the lane's slowest tests are printed to
+    keep CI within its time budget."""
     print(f"\n=== {label} ===", flush=True)
     start = time.perf_counter()
     if _run(["uv", "sync", "--locked", *sync]) != 0:
         print(f"FAILED {label}: uv sync", flush=True)
         return 0, 1, 0
+    synced = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
         cmd = ["uv", "run", "--no-sync", "pytest", *paths, f"--junitxml={report}", "-q"]
+        cmd += [f"--basetemp={Path(tmp) / 'pytest'}", "--durations=10"]
         if marker:
             cmd += ["-m", marker]
         status = _run(cmd)
@@ -174,7 +180,7 @@ def run_pytest(
     counts = tally(status, counts)
     print(
         f"--- {label}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped "
-        f"in {time.perf_counter() - start:.0f} s",
+        f"in {time.perf_counter() - start:.0f} s (uv sync {synced:.0f} s)",
         flush=True,
     )
     return counts
