@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +29,8 @@ def test_generated_project_passes_its_tests(tmp_path):
 
     sync = run("uv", "sync", "--locked", "--package", "demo-paper")
     assert sync.returncode == 0, sync.stderr[-2000:]
-    lint = run("uv", "run", "--no-sync", "--with", "ruff", "ruff", "check", "projects/demo-paper")
+    # The locked ruff of the policy environment: `uv run --with ruff` would take the newest one.
+    lint = run(str(Path(sys.executable).with_name("ruff")), "check", "projects/demo-paper")
     tests = run(
         "uv",
         "run",
@@ -37,6 +40,10 @@ def test_generated_project_passes_its_tests(tmp_path):
         "-q",
         "-m",
         "not slow and not gpu",
+        # The skeleton's 2-process DDP run repeats what every project's lane runs on a real
+        # model (papers_cli.testing.run_ddp_train through LightningCLI), on a stand-in model.
+        "-k",
+        "not two_process_ddp",
         "-p",
         "no:cacheprovider",
     )

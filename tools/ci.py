@@ -1,11 +1,12 @@
 """The CI driver: the same commands run in GitHub Actions, in `.ci/run` and on a laptop.
 
-    uv run tools/ci.py list                      # test units: projects, then shared packages
+    uv run tools/ci.py list [--projects | --mutable]  # test units: projects, then shared packages
     uv run tools/ci.py changed --base origin/main [--json]
     uv run tools/ci.py test [UNIT ...] [--lane fast|slow|gpu] [--no-policy]
     uv run tools/ci.py policy                    # the repository policy tests only
     uv run tools/ci.py lint UNIT
     uv run tools/ci.py smoke PROJECT [--bf16-gpu]  # `train` through the real entry point
+    uv run tools/ci.py mutate PROJECT [--max-children N]  # mutation lane (weekly, not in .ci/run)
 
 A test unit is a paper project (`projects/<slug>`) or a shared package (`shared/<dir>`, by its
 package name). Each unit is tested in isolation: `uv sync --locked --package <name>` installs
@@ -13,24 +14,41 @@ exactly what it declares, so an undeclared import fails here rather than for a u
 `test` with no units runs the policy tests in `tests/` and every unit's lane, and ends with one
 `N passed, N failed, N skipped` line; it exits non-zero when anything failed, including a unit
 whose lane collected no tests.
+
+`mutate` runs mutmut (3.8.1, from PyPI) from the project's folder with the project's own
+`[tool.mutmut]` table, which must name `src/<package>/core.py` in `only_mutate` (plus any other
+file of the paper's math) and narrow `pytest_add_cli_args_test_selection` to the fast tests that
+exercise the math and the default path. It prints killed / survived / timed out counts and each
+survivor's diff. mutmut rather than cosmic-ray: it needs no session database or per-module
+config, runs straight from a project's pyproject in a src layout (its copy in `mutants/src`
+shadows the editable install), and forks per mutant from one warm pytest process, which matters
+when every test imports torch; cosmic-ray starts a fresh pytest per mutant. Torch's thread pools
+do not survive that fork well: one thread per process and two children keep mutants from being
+reported as timed out (see CONVENTIONS, "Mutation testing").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LANES = {"fast": "not slow and not gpu", "slow": "slow", "gpu": "gpu"}
 NO_TESTS_COLLECTED = 5  # pytest's exit status when nothing was collected
+# Forked mutmut workers hang on thread pools torch started before the fork (CONVENTIONS).
+MUTATION_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+MUTANT_COUNTS = {"killed": "killed", "survived": "survived", "timeout": "timed out"}  # mutmut's
 
 
 @dataclass(frozen=True)
@@ -138,15 +156,21 @@ def tally(status: int, counts: tuple[int, int, int]) -> tuple[int, int, int]:
 def run_pytest(
     label: str, paths: list[str], marker: str | None, sync: list[str]
 ) -> tuple[int, int, int]:
-    """Sync the environment, run pytest, and count; a failed sync or an empty lane is a failure."""
+    """Sync the environment, run pytest, and count; a failed sync or an empty lane is a failure.
+
+    Each lane gets its own pytest temp root, so nothing depends on what earlier runs left in
+    /tmp/pytest-of-<user> (nor on its numbering), and the lane's slowest tests are printed to
+    keep CI within its time budget."""
     print(f"\n=== {label} ===", flush=True)
     start = time.perf_counter()
     if _run(["uv", "sync", "--locked", *sync]) != 0:
         print(f"FAILED {label}: uv sync", flush=True)
         return 0, 1, 0
+    synced = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.xml"
         cmd = ["uv", "run", "--no-sync", "pytest", *paths, f"--junitxml={report}", "-q"]
+        cmd += [f"--basetemp={Path(tmp) / 'pytest'}", "--durations=10"]
         if marker:
             cmd += ["-m", marker]
         status = _run(cmd)
@@ -156,7 +180,7 @@ def run_pytest(
     counts = tally(status, counts)
     print(
         f"--- {label}: {counts[0]} passed, {counts[1]} failed, {counts[2]} skipped "
-        f"in {time.perf_counter() - start:.0f} s",
+        f"in {time.perf_counter() - start:.0f} s (uv sync {synced:.0f} s)",
         flush=True,
     )
     return counts
@@ -211,11 +235,66 @@ def smoke(unit: Unit, bf16_gpu: bool = False) -> int:
         return _run(command, cwd=ROOT / unit.path)
 
 
+def has_mutation_config(folder: Path) -> bool:
+    return "mutmut" in tomllib.loads((folder / "pyproject.toml").read_text()).get("tool", {})
+
+
+def mutation_targets(folder: Path) -> list[str]:
+    """The files ``folder``'s ``[tool.mutmut] only_mutate`` names; SystemExit when the table is
+    missing or leaves out ``src/<package>/core.py``."""
+    meta = tomllib.loads((folder / "pyproject.toml").read_text())
+    targets = meta.get("tool", {}).get("mutmut", {}).get("only_mutate", [])
+    package = meta.get("tool", {}).get("uv", {}).get("build-backend", {}).get("module-name")
+    core = f"src/{package or meta['project']['name'].replace('-', '_')}/core.py"
+    if core not in targets:
+        raise SystemExit(f"{folder}: pyproject.toml [tool.mutmut] only_mutate must list {core}")
+    return targets
+
+
+def mutate(folder: Path, max_children: int = 2) -> int:
+    """Run mutmut in ``folder`` and print its counts and every surviving mutant's diff."""
+    targets = mutation_targets(folder)
+    # mutmut keeps earlier verdicts in mutants/ and skips those mutants; start from nothing.
+    shutil.rmtree(folder / "mutants", ignore_errors=True)
+    (folder / "mutants").mkdir()
+    mutmut = str(Path(sys.executable).with_name("mutmut"))
+    env = {**os.environ, **MUTATION_ENV}
+
+    def ask(*command: str) -> str:
+        return subprocess.run(
+            [mutmut, *command], cwd=folder, env=env, capture_output=True, text=True
+        ).stdout
+
+    print(f"\n=== mutation lane: {folder.name} ({', '.join(targets)}) ===", flush=True)
+    start = time.perf_counter()
+    log = folder / "mutants" / "run.log"  # mutmut redraws a spinner per mutant: keep it out of CI
+    with log.open("w") as out:
+        run = [mutmut, "run", f"--max-children={max_children}"]
+        code = _run(run, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - start
+    if code != 0:
+        print(log.read_text()[-4000:], f"\nFAILED mutation lane of {folder.name}", flush=True)
+        return 1
+    lines = ask("results", "--all", "true").splitlines()
+    verdicts = dict(line.strip().rsplit(": ", 1) for line in lines if ": " in line)
+    for name in sorted(n for n, v in verdicts.items() if v == "survived"):
+        print(ask("show", name))
+    untested = {n.rsplit("__mutmut_", 1)[0] for n, v in verdicts.items() if v == "no tests"}
+    if untested:
+        print("functions no selected test calls: " + ", ".join(sorted(untested)))
+    counts = Counter(verdicts.values())
+    summary = [f"{counts.pop(v, 0)} {label}" for v, label in MUTANT_COUNTS.items()]
+    summary += [f"{n} {v}" for v, n in sorted(counts.items())]  # no tests, suspicious, ...
+    print(f"{folder.name}: {', '.join(summary)} of {len(verdicts)} mutants in {seconds:.0f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ci.py", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="list test units")
     listing.add_argument("--projects", action="store_true", help="paper projects only")
+    listing.add_argument("--mutable", action="store_true", help="projects with [tool.mutmut]")
     listing.add_argument("--json", action="store_true")
     changed = commands.add_parser("changed", help="units touched by a git range")
     changed.add_argument("--base", required=True)
@@ -230,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     smoke_cmd = commands.add_parser("smoke", help="`train` through the real entry point")
     smoke_cmd.add_argument("unit")
     smoke_cmd.add_argument("--bf16-gpu", action="store_true", help="20 bf16-mixed steps on a GPU")
+    mutate_cmd = commands.add_parser("mutate", help="mutation-test one project's math (mutmut)")
+    mutate_cmd.add_argument("unit")
+    mutate_cmd.add_argument("--max-children", type=int, default=2, help="parallel mutants")
     args = parser.parse_args(argv)
 
     known = units()
@@ -242,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         return [by_name[n] for n in names]
 
     if args.command == "list":
-        names = [u.name for u in known if u.is_project or not args.projects]
+        names = [u.name for u in known if u.is_project or not (args.projects or args.mutable)]
+        if args.mutable:
+            names = [n for n in names if has_mutation_config(ROOT / by_name[n].path)]
         print(json.dumps(names) if args.json else "\n".join(names))
         return 0
     if args.command == "changed":
@@ -260,6 +344,14 @@ def main(argv: list[str] | None = None) -> int:
         return lint(pick([args.unit])[0])
     if args.command == "policy":
         return test_units([], "fast", policy=True)
+    if args.command == "mutate":
+        unit = pick([args.unit])[0]
+        if not unit.is_project:
+            raise SystemExit(f"{unit.name} is a shared package: the mutation lane is per project")
+        # The root dev group (mutmut) and the project, in one environment.
+        if _run(["uv", "sync", "--locked", "--all-packages"]) != 0:
+            return 1
+        return mutate(ROOT / unit.path, args.max_children)
     return smoke(pick([args.unit])[0], args.bf16_gpu)
 
 

@@ -3,8 +3,14 @@
 The result is a standalone uv project: the paper's folder, the shared packages it uses (copied
 under `shared/`, sources rewritten from `workspace = true` to paths), plain `train` and
 `reproduce` scripts (the dispatchers are not needed when the project is alone), the root's uv,
-pytest and ruff settings, a `uv.lock` re-resolved from the workspace's pins, and a
-`requirements.txt` for users without uv.
+pytest and ruff settings, a `uv.lock` and a `requirements.txt` for users without uv.
+
+The lock starts as a copy of the workspace's and is then re-locked online with a plain
+`uv lock`: uv keeps every version the copy already pins, so the export installs what the
+monorepo tested, and it drops the packages the project does not use. It is not `--offline`:
+an offline lock needs the registry metadata of every platform split in uv's cache, which
+`uv sync` never fetches, so it failed on a fresh machine (issue 13). Hand-filtering the workspace
+lock instead would mean rewriting uv's resolution markers, which uv does correctly itself.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ IGNORE = shutil.ignore_patterns(
     ".venv",
     "runs",
     "lightning_logs",
+    "mutants",
     "__pycache__",
     "*.pyc",
     ".pytest_cache",
@@ -47,7 +54,7 @@ def _rewrite_sources(pyproject: dict, paths: dict[str, str]) -> None:
             sources[name] = {"path": paths[name], "editable": True}
 
 
-def export(slug: str, dest: Path, lock: bool = True, offline: bool = False) -> Path:
+def export(slug: str, dest: Path, lock: bool = True) -> Path:
     by_name = {u.name: u for u in units(ROOT)}
     if slug not in by_name or not by_name[slug].is_project:
         known = sorted(u.name for u in by_name.values() if u.is_project)
@@ -88,21 +95,11 @@ def export(slug: str, dest: Path, lock: bool = True, offline: bool = False) -> P
     (dest / ".gitignore").write_text((ROOT / ".gitignore").read_text())
 
     if lock:
-        flags = ["--offline"] if offline else []
         # Start from the workspace's lock so the export pins the versions the monorepo tested.
         shutil.copy(ROOT / "uv.lock", dest / "uv.lock")
-        subprocess.run(["uv", "lock", *flags], cwd=dest, check=True)
+        subprocess.run(["uv", "lock"], cwd=dest, check=True)
         requirements = subprocess.run(
-            [
-                "uv",
-                "export",
-                "--frozen",
-                "--format",
-                "requirements-txt",
-                "--no-hashes",
-                "--no-dev",
-                *flags,
-            ],
+            ["uv", "export", "--frozen", "--format", "requirements-txt", "--no-hashes", "--no-dev"],
             cwd=dest,
             check=True,
             capture_output=True,
@@ -118,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("slug")
     parser.add_argument("dest", type=Path)
-    parser.add_argument("--offline", action="store_true", help="lock from uv's cache only")
     args = parser.parse_args(argv)
-    dest = export(args.slug, args.dest.resolve(), offline=args.offline)
+    dest = export(args.slug, args.dest.resolve())
     print(f"exported {args.slug} to {dest}\n  cd {dest} && uv run pytest && uv run train")
     return 0
 

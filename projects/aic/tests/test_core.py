@@ -87,8 +87,11 @@ def test_halting_head_learns_known_difficulty_without_collapse():
 @pytest.mark.parametrize(("arch", "kind"), CASES)
 def test_compacted_batch_equals_per_sample_and_table(arch, kind):
     policy, obs = make(arch, kind)
-    with torch.no_grad():  # shift the head so that the price 0.1 is its median: K varies
-        policy.halting_head[-1].bias += 0.1 - policy(obs)["halt"].median()
+    # Shift the head so that the price 0.1 sits just below its median (K varies), not on it: a
+    # halting value equal to the price is a tie that batch and single-sample rounding break
+    # differently from one CPU to another.
+    with torch.no_grad():
+        policy.halting_head[-1].bias += 0.1 - policy(obs)["halt"].median() + 1e-3
         table = policy(obs)
     price = 0.1
     actions, steps = adaptive_act(policy, obs, price)
