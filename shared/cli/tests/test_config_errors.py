@@ -10,6 +10,7 @@ from jsonargparse.typing import OpenUnitInterval, PositiveInt
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 
 from papers_cli import ConfigError, UserError, cli_main
+from papers_cli.testing import user_error_message
 
 
 class TypedModel(BoringModel):
@@ -61,19 +62,13 @@ def run(project, *args):
     )
 
 
-def one_paragraph_error(capsys, *args_and_project) -> str:
-    """Run, expect exit 2; return stderr after checking it is one paragraph without a stack."""
-    with pytest.raises(SystemExit) as info:
-        run(*args_and_project)
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err and "\n\n" not in err
-    assert err.count("error:") == 1
-    return " ".join(err.split())
+def error_of(project, capsys, *args) -> str:
+    return user_error_message(lambda argv: run(project, *argv), args, capsys)
 
 
-def test_configerror_is_a_user_error():
-    assert issubclass(ConfigError, UserError) and ConfigError.user_facing
+def test_configerror_is_a_user_facing_value_error():
+    assert issubclass(ConfigError, UserError) and issubclass(ConfigError, ValueError)
+    assert ConfigError.user_facing
 
 
 @pytest.mark.parametrize(
@@ -86,16 +81,16 @@ def test_configerror_is_a_user_error():
     ],
 )
 def test_typed_values_are_rejected_while_parsing(project, capsys, flag, expected):
-    assert expected in one_paragraph_error(capsys, project, flag)
+    assert expected in error_of(project, capsys, flag)
 
 
 def test_a_combination_fails_while_instantiating(project, capsys):
-    err = one_paragraph_error(capsys, project, "--model.width=9")
+    err = error_of(project, capsys, "--model.width=9")
     assert "model.width=9 exceeds model.max_width=8" in err
 
 
 def test_the_data_fail_inside_fit(project, capsys):
-    err = one_paragraph_error(capsys, project, "--data.classes=3")
+    err = error_of(project, capsys, "--data.classes=3")
     assert "data.classes=3 but the data hold 2 classes" in err
 
 
@@ -111,3 +106,14 @@ def test_help_lists_the_choices(project, capsys):
     with pytest.raises(SystemExit):
         run(project, "--help")
     assert "{small,large}" in capsys.readouterr().out
+
+
+def test_user_error_message_fails_on_a_traceback_or_an_accepted_value(project, capsys):
+    with pytest.raises(AssertionError, match="accepted"):
+        error_of(project, capsys, "--model.width=2")
+
+    def buggy_train(argv):
+        raise RuntimeError("bug")
+
+    with pytest.raises(RuntimeError):  # not a user error: the exception itself propagates
+        user_error_message(buggy_train, [], capsys)

@@ -1,4 +1,4 @@
-"""Test helper for paper projects: a real multi-process run of `train`.
+"""Test helpers for paper projects: a real multi-process run of `train`, and a bad config.
 
     reference = json.loads((single_run_dir / "summary_rank0.json").read_text())
     summaries = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
@@ -7,6 +7,11 @@ It runs the workspace's `train` console script (the same dispatcher a user runs)
 folder as a CPU DDP job (gloo backend), checks that every rank finished under DDP, optionally that
 each rank trained the same model and logged the same metrics as a single-process run, and returns
 each rank's ``summary_rank<k>.json``.
+
+    message = user_error_message(train, [*tiny_args, "--model.lr=-1"], capsys)
+
+runs ``train`` in-process expecting the CLI's clean failure: exit 2 and one paragraph on stderr,
+no traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +84,24 @@ def check_summaries(
                 f"rank {rank} logged {sorted(summary['metrics'])}, "
                 f"the reference {sorted(reference['metrics'])}"
             )
+
+
+def user_error_message(train: Callable[[list[str]], Any], args: Sequence[str], capsys) -> str:
+    """Run ``train(args)`` (a project's in-process entry point) and check that it fails as a
+    user error should: exit status 2, one ``error:`` paragraph on stderr, no traceback. Returns
+    the paragraph with its line breaks folded into spaces, for the caller to check the wording.
+
+    ``capsys`` is pytest's fixture. Lines that Lightning logs before a failure inside ``fit``
+    (one per line, no blank line) are part of the paragraph.
+    """
+    capsys.readouterr()  # only this run's output
+    try:
+        train(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    else:
+        raise AssertionError(f"train accepted {list(args)[-1]!r}; expected exit status 2")
+    err = capsys.readouterr().err.strip()
+    if code != 2 or "Traceback" in err or "\n\n" in err or err.count("error:") != 1:
+        raise AssertionError(f"expected exit 2 and one error paragraph, got {code}:\n{err}")
+    return " ".join(err.split())
