@@ -45,7 +45,7 @@ from async_schedule.networks import DualTimeDiT
 from papers_cli import ConfigError, UserError
 
 # tau^p is convex (semantics lead) only for p >= 1; p = 1 is the synchronous schedule.
-PowerExponent = restricted_number_type("PowerExponent", float, (">=", 1))
+PowerExponent = restricted_number_type(None, float, (">=", 1))  # unnamed: see papers-cli's README
 CURVE_GRID = torch.linspace(0, 1, 101, dtype=torch.float64)
 
 

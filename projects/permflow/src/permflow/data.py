@@ -49,7 +49,7 @@ Task = Literal["sorting", "slap"]
 ImageSource = Literal["mnist_5k", "idx"]
 # Both tasks need n >= 3: an ambiguous sorting sequence holds a blend, a digit inside its
 # interval and another outside; a SLAP instance needs a cycle of length >= 3.
-PermutationSize = restricted_number_type("PermutationSize", int, (">=", 3))
+PermutationSize = restricted_number_type(None, int, (">=", 3))  # unnamed: see papers-cli's README
 
 
 # ----------------------------------------------------------------------------- task A: sorting

@@ -32,7 +32,7 @@ from survival_delay.fitting import (
 from survival_delay.hazards import DelayFamily, EventFamily
 
 # M_k = start_draws * growth^k must not shrink from one MCEM iteration to the next.
-Growth = restricted_number_type("Growth", float, (">=", 1))
+Growth = restricted_number_type(None, float, (">=", 1))  # unnamed: see papers-cli's README
 
 
 class JointHazardModule(LightningModule):
