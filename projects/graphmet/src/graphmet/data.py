@@ -193,10 +193,10 @@ class GraphmetDataModule(LightningDataModule):
             raise ConfigError(
                 "the advection control lives on the torus: set --data.domain=periodic"
             )
-        if basis == "fourier" and not (simulated and domain == "periodic"):
+        if simulated and basis == "fourier" and domain != "periodic":
             raise ConfigError(
-                "the Fourier basis exists only on the periodic lattice mesh of simulated data: "
-                "set --data.domain=periodic or --data.basis=laplacian"
+                "the Fourier basis exists only on the periodic lattice mesh: set "
+                "--data.domain=periodic or --data.basis=laplacian"
             )
         if simulated and source == "kolmo" and domain == "regional" and grid > native_resolution:
             raise ConfigError(
