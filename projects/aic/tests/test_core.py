@@ -14,7 +14,7 @@ from aic.core import (
     step_returns,
     voc_targets,
 )
-from papers_cli import UserError
+from papers_cli import ConfigError, UserError
 
 OBS = {"grid": (5, 5, 3), "vector": (6,), "sequence": (7,)}
 
@@ -128,5 +128,7 @@ def test_bad_price_and_architecture_are_user_errors():
         check_price(-0.1)
     with pytest.raises(UserError, match="Unknown architecture 'lstm'"):
         AICPolicy("vector", (3,), 2, architecture="lstm")
-    with pytest.raises(UserError, match="no spatial"):
+    with pytest.raises(ConfigError, match="no spatial"):
         AICPolicy("vector", (3,), 2, architecture="conv")
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        AICPolicy("sequence", (8,), 2, architecture="transformer", dim=6, vocab=5)

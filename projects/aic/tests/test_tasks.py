@@ -1,4 +1,5 @@
 import re
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -10,13 +11,14 @@ from aic.tasks import (
     STDLIB_FILES,
     TASKS,
     Episode,
+    TaskName,
     get_task,
     make_env,
     read_text_corpus,
     stdlib_corpus,
     synthetic_programs,
 )
-from papers_cli import UserError
+from papers_cli import ConfigError, UserError
 from papers_data import DatasetNotFoundError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -115,6 +117,12 @@ def test_unknown_task_and_env_id_are_user_errors():
     with pytest.raises(UserError, match="MiniGrid-NoSuchThing-v0"):
         get_task("lava-crossing", "MiniGrid-NoSuchThing-v0")
     assert get_task("lava-crossing", "MiniGrid-LavaCrossingS11N5-v0").env_id.endswith("S11N5-v0")
+    with pytest.raises(ConfigError, match="reads text"):
+        get_task("program-lm", "MiniGrid-Empty-6x6-v0")
+
+
+def test_the_task_choices_are_the_registered_tasks():
+    assert set(typing.get_args(TaskName)) == set(TASKS)
 
 
 @pytest.mark.parametrize("name", ["lava-crossing", "reacher", "program-lm"])

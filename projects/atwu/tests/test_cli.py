@@ -5,7 +5,7 @@ import pytest
 
 from atwu.claim import run_claim_experiment
 from atwu.cli import train
-from papers_cli.testing import run_ddp_train
+from papers_cli.testing import run_ddp_train, user_error_message
 from papers_eval import load_results
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -61,6 +61,23 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "no_such_option" in err and "not found" in err and "Traceback" not in err
     assert "not a local checkpoint" in err and "magic" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--model.method=magic"], "'atwu', 'atwu_random_features'"),  # a wrong choice
+        (["--data.finetune_on=forget"], "'all', 'retain'"),
+        (["--model.scorer_temperature=0"], "model.scorer_temperature"),  # out of range
+        (["--data.num_authors=0"], "data.num_authors"),
+        (["--data.num_forget_authors=6"], "must be below data.num_authors=6"),  # combinations
+        (["--model.num_heads=3"], "heads of an even size"),
+        (["--model.scorer_layer=5"], "has 1 layers"),
+        (["--data.max_length=512"], "exceeds the 128 positions"),
+    ],
+)
+def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected):
+    assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
 def test_reproduce_quick_writes_the_results_record(tmp_path):

@@ -1,11 +1,19 @@
 import socket
+import typing
 
 import pytest
 import torch
 
 from atwu.data import UnlearningDataModule
-from atwu.model import METHODS, SAMPLE_LEVEL, UnlearningModule, build_causal_lm, load_pretrained
-from papers_cli import UserError
+from atwu.model import (
+    METHODS,
+    SAMPLE_LEVEL,
+    Method,
+    UnlearningModule,
+    build_causal_lm,
+    load_pretrained,
+)
+from papers_cli import ConfigError, UserError
 
 TINY = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
 
@@ -59,9 +67,16 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
         load_pretrained(str(tmp_path / "nothing"))
 
 
-def test_unknown_method_is_a_clear_error():
-    with pytest.raises(UserError, match="atwu"):
-        UnlearningModule(method="magic")
+def test_the_method_choices_are_the_methods():
+    assert set(typing.get_args(Method)) == set(METHODS) and len(METHODS) == len(set(METHODS))
+
+
+def test_sizes_that_do_not_fit_the_model_are_config_errors(data):
+    with pytest.raises(ConfigError, match="heads of an even size"):
+        UnlearningModule(hidden_size=30, num_heads=4)
+    module = UnlearningModule(**TINY, scorer_layer=3)  # one layer: hidden states 0..1
+    with pytest.raises(ConfigError, match="scorer_layer=3"):
+        module.build(data.tokenizer, data)
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from graphmet.cli import run_claim_experiment, train
-from papers_cli.testing import run_ddp_train
+from papers_cli.testing import run_ddp_train, user_error_message
 from papers_eval import load_results
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -77,6 +77,22 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "no_such_option" in err and "not found" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--model.processor=transformer"], "'graphmet', 'message_passing'"),  # wrong choice
+        (["--data.basis=wavelet"], "'laplacian', 'fourier'"),
+        (["--data.val_fraction=1.0"], "data.val_fraction"),  # out of range
+        (["--model.rank=0"], "model.rank"),
+        (["--data.domain=regional"], "set --data.domain=periodic"),  # advect needs the torus
+        (["--data.modes=31"], "data.modes=31 must be even"),
+        (["--data.mesh_levels=4"], "The mesh follows data.grid"),  # 8 mesh cells, 4 levels
+    ],
+)
+def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected):
+    assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
 def test_reproduce_quick_writes_the_results_record(tmp_path):

@@ -10,6 +10,7 @@ from graphmet.simulate import (
     energy_and_enstrophy,
     kolmogorov_trajectories,
 )
+from papers_cli import ConfigError
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
 
 
@@ -146,5 +147,9 @@ def test_regional_datamodule_scores_only_the_interior():
     assert data.graph.kind == "regional" and data.graph.interior.sum() == 12 * 12
     assert data.trajectories["train"].shape == (1, 5, 256, 2)
     assert len(data.train_set) == 4 and data.train_set[0].shape == (2, 256, 2)
-    with pytest.raises(DataFormatError, match="domain=periodic"):
-        GraphmetDataModule(source="advect", domain="regional").setup()
+    with pytest.raises(ConfigError, match="domain=periodic"):
+        GraphmetDataModule(source="advect", domain="regional")
+    with pytest.raises(ConfigError, match="Fourier basis"):
+        GraphmetDataModule(basis="fourier")
+    with pytest.raises(ConfigError, match="exceeds data.native_resolution"):
+        GraphmetDataModule(grid=64)

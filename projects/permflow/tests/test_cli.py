@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from papers_cli.testing import run_ddp_train
+from papers_cli.testing import run_ddp_train, user_error_message
 from papers_eval import load_results
 from permflow.cli import run_claim_experiment, train
 from permflow.model import PermutationModel
@@ -97,8 +97,23 @@ def test_model_rejects_mismatched_and_bad_inputs():
     batch["condition"] = torch.full((2, 5, 5), float("nan"))
     with pytest.raises(ValueError, match="NaN"):
         model.training_loss(batch)
-    with pytest.raises(ValueError, match="method must be"):
-        PermutationModel(method="softsort")
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("--data.task=nosuch", "'sorting', 'slap'"),  # a wrong choice: the choices are listed
+        ("--data.image_source=mnist_idx", "'mnist_5k', 'idx'"),
+        ("--model.sampler=rk4", "'euler', 'heun'"),
+        ("--data.n=0", "v>=3"),  # out of range
+        ("--model.sigma=-1", "model.sigma"),
+        ("--data.ambiguous_fraction=1.5", "data.ambiguous_fraction"),
+        ("--data.n=10", "use n <= 9"),  # a combination: blends need a free digit
+        ("--model.heads=3", "multiple of model.heads=3"),  # width 16 in tiny_args
+    ],
+)
+def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flag, expected):
+    assert expected in user_error_message(train, [*tiny_args, flag], capsys)
 
 
 def test_missing_mnist_root_exits_2_with_a_message(tiny_args, tmp_path, capsys, monkeypatch):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
+from papers_cli import ConfigError
 from papers_data import DatasetNotFoundError
 from permflow.data import (
     MNIST_FILES,
@@ -157,6 +158,12 @@ def test_bundled_mnist_pools_are_disjoint_and_sequences_well_formed():
     assert batch["optima"].shape == (16, 2, 5)
 
 
-def test_datamodule_rejects_unknown_task():
-    with pytest.raises(ValueError, match="task must be"):
-        PermutationDataModule(task="tsp")
+def test_datamodule_rejects_sequences_longer_than_the_digits_allow():
+    """n = 10 holds every digit once: possible without blends, impossible with them (the old
+    sampler looped forever there)."""
+    PermutationDataModule(n=10, ambiguous_fraction=0.0)
+    PermutationDataModule(task="slap", n=12)
+    with pytest.raises(ConfigError, match="use n <= 9"):
+        PermutationDataModule(n=10, ambiguous_fraction=0.5)
+    with pytest.raises(ValueError, match="sequence length"):
+        make_sorting_sequences(LABELS, 10, 5, 1.0, seed=0)

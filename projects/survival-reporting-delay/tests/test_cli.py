@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from papers_cli.testing import run_ddp_train
+from papers_cli.testing import run_ddp_train, user_error_message
 from papers_eval import load_results
 from survival_delay.cli import run_claim_experiment, train
 
@@ -68,6 +68,23 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "no_such_option" in err and "not found" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--model.event_family=nosuch"], "'weibull', 'gompertz', 'piecewise'"),  # wrong choice
+        (["--model.delay_family=gompertz"], "'weibull', 'lognormal'"),
+        (["--model.growth=0.5"], "model.growth"),  # out of range
+        (["--data.n_source=0"], "data.n_source"),
+        (["--data.as_of=31/12/2025"], "data.as_of"),
+        (["--model.start_draws=50"], "exceeds model.max_draws=40"),  # a combination
+        (["--model.cuts=[0.5, 1.0]"], "set --model.event_family=piecewise"),
+        (["--model.event_family=piecewise", "--model.cuts=[1.0, 0.5]"], "strictly increasing"),
+    ],
+)
+def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected):
+    assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
 def test_reproduce_quick_writes_the_results_record(tmp_path):

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
+from papers_cli import ConfigError
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
 from survival_delay.data import (
     CohortShards,
@@ -163,5 +164,7 @@ def test_datamodule_real_tables_split_source_and_target(tmp_path):
     )
     data.setup()
     assert len(data.source) == 2 and len(data.target) == 3
-    with pytest.raises(DataFormatError, match="n_features"):
+    with pytest.raises(ConfigError, match="n_features"):
         SurvivalDelayDataModule(root=str(tmp_path), as_of=AS_OF, n_features=3).setup()
+    with pytest.raises(ConfigError, match="as-of date"):
+        SurvivalDelayDataModule(root=str(tmp_path), n_features=2).setup()

@@ -18,12 +18,17 @@ the mean over positions.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import nn
 
-from papers_cli import UserError
+from papers_cli import ConfigError, UserError
 
-ARCHITECTURES = ("iru", "gru", "transformer", "resmlp", "conv")
+Architecture = Literal["iru", "gru", "transformer", "resmlp", "conv"]
+ARCHITECTURES = get_args(Architecture)
+# Attention heads of the transformer core and GroupNorm groups of the conv core: both split dim.
+CHANNEL_GROUPS = 4
 FORM_OF = {
     "iru": "vector",
     "gru": "vector",
@@ -36,17 +41,23 @@ GRID_OBJECTS, GRID_COLORS, GRID_STATES = 11, 6, 4  # MiniGrid's symbolic encodin
 AGENT_OBJECT = 10
 
 
-def check_architecture(name: str, obs_kind: str) -> None:
-    """Raise a UserError for an unknown architecture or one that does not fit the observation."""
+def check_architecture(name: str, obs_kind: str, dim: int) -> None:
+    """Raise a UserError for an unknown architecture, a ConfigError for one that does not fit
+    the observation or the width ``dim``."""
     if name not in ARCHITECTURES:
         raise UserError(
             f"Unknown architecture '{name}'. Choose one of {', '.join(ARCHITECTURES)} "
             "(--model.architecture)."
         )
     if name == "conv" and obs_kind == "vector":
-        raise UserError(
+        raise ConfigError(
             "The recurrent conv net refines a grid (or a character strip) and has no spatial "
             "input for a state-vector task; use iru, gru, transformer or resmlp there."
+        )
+    if name in ("transformer", "conv") and dim % CHANNEL_GROUPS:
+        raise ConfigError(
+            f"model.dim={dim} must be a multiple of {CHANNEL_GROUPS} for the {name} core (its "
+            "attention heads or norm groups split the width); change --model.dim"
         )
 
 
@@ -141,7 +152,7 @@ class GRURefiner(nn.Module):
 class TransformerRefiner(nn.Module):
     """One pre-norm transformer block, weight-tied across steps, with input injection."""
 
-    def __init__(self, dim: int, heads: int = 4):
+    def __init__(self, dim: int, heads: int = CHANNEL_GROUPS):
         super().__init__()
         self.block = nn.TransformerEncoderLayer(
             dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True, norm_first=True
@@ -168,7 +179,7 @@ class ConvRefiner(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.mix = nn.Conv2d(2 * dim, dim, 3, padding=1)
-        self.norm = nn.GroupNorm(4, dim)
+        self.norm = nn.GroupNorm(CHANNEL_GROUPS, dim)
         self.out = nn.Conv2d(dim, dim, 3, padding=1)
 
     def forward(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

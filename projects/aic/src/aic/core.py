@@ -74,7 +74,7 @@ class AICPolicy(nn.Module):
         critic: bool = False,
     ):
         super().__init__()
-        check_architecture(architecture, obs_kind)
+        check_architecture(architecture, obs_kind, dim)
         self.architecture, self.k_max, self.action_kind = architecture, k_max, action_kind
         self.action_scale = action_scale
         form = FORM_OF[architecture]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, TensorDataset
 
 from aic.tasks import (
+    TaskName,
     collect_states,
     encode_text,
     get_task,
@@ -61,15 +63,15 @@ def as_tensors(arrays: dict) -> list[torch.Tensor]:
 class AicDataModule(LightningDataModule):
     def __init__(
         self,
-        task: str = "lava-crossing",
+        task: TaskName = "lava-crossing",
         env_id: str | None = None,
-        n_train: int = 6000,
-        n_val: int = 1000,
-        context: int = 32,
+        n_train: PositiveInt = 6000,
+        n_val: PositiveInt = 1000,
+        context: PositiveInt = 32,
         text_path: str | None = None,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        seed: int = 0,
+        batch_size: PositiveInt = 128,
+        num_workers: NonNegativeInt = 0,
+        seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

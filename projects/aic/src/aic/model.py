@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 
+from aic.architectures import Architecture
 from aic.core import (
     AICPolicy,
-    check_price,
     deep_supervision_loss,
     halting_loss,
     halting_steps,
@@ -16,7 +19,7 @@ from aic.core import (
     step_returns,
     voc_targets,
 )
-from aic.tasks import VOCAB, get_task, obs_shape
+from aic.tasks import VOCAB, TaskName, get_task, obs_shape
 
 
 class AicModule(LightningModule):
@@ -25,24 +28,21 @@ class AicModule(LightningModule):
 
     def __init__(
         self,
-        task: str = "lava-crossing",
+        task: TaskName = "lava-crossing",
         env_id: str | None = None,
-        context: int = 32,
-        architecture: str = "conv",
-        dim: int = 32,
-        k_max: int = 8,
-        mode: str = "aic",
-        price_per_step: float = 0.01,
-        voc_horizon: str = "cumulative",
-        voc_source: str = "critic",
-        halt_weight: float = 1.0,
-        critic_weight: float = 1.0,
-        lr: float = 3e-3,
+        context: PositiveInt = 32,
+        architecture: Architecture = "conv",
+        dim: PositiveInt = 32,
+        k_max: PositiveInt = 8,
+        mode: Literal["aic", "fixed"] = "aic",
+        price_per_step: NonNegativeFloat = 0.01,
+        voc_horizon: Literal["one_step", "cumulative"] = "cumulative",
+        voc_source: Literal["critic", "oracle"] = "critic",
+        halt_weight: NonNegativeFloat = 1.0,
+        critic_weight: NonNegativeFloat = 1.0,
+        lr: PositiveFloat = 3e-3,
     ) -> None:
         super().__init__()
-        check_price(price_per_step)
-        if mode not in ("aic", "fixed"):
-            raise ValueError(f"mode must be 'aic' or 'fixed', got {mode!r}")
         self.save_hyperparameters()
         spec = get_task(task, env_id)
         self.spec = spec

@@ -20,11 +20,12 @@ import random
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 
-from papers_cli import UserError
+from papers_cli import ConfigError, UserError
 
 GAMMA = 0.95  # discount of the grid worlds' exact values: V*(s) = GAMMA ** (steps to the goal)
 GRID_ACTIONS = 3  # left, right, forward: all the navigation tasks need
@@ -61,6 +62,20 @@ class Task:
     action_scale: float = 1.0
 
 
+TaskName = Literal[
+    "lava-crossing",
+    "simple-crossing",
+    "simple-crossing-11",
+    "lava-gap",
+    "four-rooms",
+    "point-maze-umaze",
+    "point-maze-medium",
+    "reacher",
+    "inverted-pendulum",
+    "inverted-double-pendulum",
+    "program-lm",
+    "stdlib-lm",
+]  # the keys of TASKS (test_tasks keeps them equal)
 TASKS = {
     t.name: t
     for t in [
@@ -99,7 +114,7 @@ def get_task(name: str, env_id: str | None = None) -> Task:
     if env_id is None or env_id == task.env_id:
         return task
     if task.domain == "language":
-        raise UserError(f"Task '{name}' reads text, not an environment; drop --data.env_id.")
+        raise ConfigError(f"Task '{name}' reads text, not an environment; drop --data.env_id.")
     make_env(env_id, **task.make_kwargs).close()
     return dataclasses.replace(task, env_id=env_id)
 

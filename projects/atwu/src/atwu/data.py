@@ -25,15 +25,18 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from faker import Faker
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import CombinedLoader
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from papers_cli import ConfigError
 from papers_data import require_files, resolve_data_root
 
 TOFU_HOW_TO_GET = (
@@ -433,20 +436,25 @@ class UnlearningDataModule(LightningDataModule):
     def __init__(
         self,
         root: str | None = None,
-        forget_split: str = "forget10",
+        forget_split: Literal["forget01", "forget05", "forget10"] = "forget10",
         tokenizer_path: str | None = None,
-        num_authors: int = 50,
-        num_forget_authors: int = 5,
-        vocab_size: int = 1024,
-        max_length: int = 64,
-        finetune_on: str = "all",
-        batch_size: int = 16,
-        forget_batch_size: int = 8,
-        retain_batch_size: int = 8,
-        num_workers: int = 0,
-        seed: int = 0,
+        num_authors: PositiveInt = 50,
+        num_forget_authors: PositiveInt = 5,
+        vocab_size: PositiveInt = 1024,
+        max_length: PositiveInt = 64,
+        finetune_on: Literal["all", "retain"] = "all",
+        batch_size: PositiveInt = 16,
+        forget_batch_size: PositiveInt = 8,
+        retain_batch_size: PositiveInt = 8,
+        num_workers: NonNegativeInt = 0,
+        seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
+        if root is None and num_forget_authors >= num_authors:
+            raise ConfigError(
+                f"data.num_forget_authors={num_forget_authors} must be below data.num_authors="
+                f"{num_authors}: the authors that are not forgotten are the retain set"
+            )
         self.save_hyperparameters()
         self.tokenizer: PreTrainedTokenizerBase | None = None
 

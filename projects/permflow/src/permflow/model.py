@@ -1,14 +1,17 @@
 """LightningModule wiring PermFlow and the Sinkhorn baselines to the shared networks."""
 
+from typing import Literal
+
 import lightning as L
 import numpy as np
 import torch
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
+from papers_cli import ConfigError
 from permflow import baselines, core
+from permflow.data import PermutationSize, Task
 from permflow.evaluate import permutation_metrics
 from permflow.networks import AxialNet, SortingNet
-
-METHODS = ("permflow", "sinkhorn", "gumbel_sinkhorn")
 
 
 class PermutationModel(L.LightningModule):
@@ -23,42 +26,36 @@ class PermutationModel(L.LightningModule):
 
     def __init__(
         self,
-        task: str = "sorting",
-        method: str = "permflow",
-        n: int = 5,
-        width: int = 64,
-        depth: int = 2,
-        heads: int = 4,
-        image_dim: int = 64,
-        channels: tuple[int, ...] = (16, 32),
-        sigma: float = 1.0,
-        coupling: str = "nearest",
+        task: Task = "sorting",
+        method: Literal["permflow", "sinkhorn", "gumbel_sinkhorn"] = "permflow",
+        n: PermutationSize = 5,
+        width: PositiveInt = 64,
+        depth: PositiveInt = 2,
+        heads: PositiveInt = 4,
+        image_dim: PositiveInt = 64,
+        channels: tuple[PositiveInt, ...] = (16, 32),
+        sigma: PositiveFloat = 1.0,
+        coupling: Literal["nearest", "independent"] = "nearest",
         project: bool = True,
-        prediction: str = "velocity",
-        time_sampling: str = "uniform",
-        sampler: str = "euler",
-        steps: int = 20,
-        sinkhorn_tau: float = 1.0,
-        sinkhorn_iters: int = 20,
-        sinkhorn_loss: str = "mse",
-        gumbel_noise: float = 1.0,
-        decode: str = "noiseless",
-        num_samples: int = 16,
-        lr: float = 1e-3,
-        weight_decay: float = 1e-4,
+        prediction: Literal["velocity", "endpoint", "endpoint_softmax"] = "velocity",
+        time_sampling: Literal["uniform", "logit_normal", "early"] = "uniform",
+        sampler: Literal["euler", "heun"] = "euler",
+        steps: PositiveInt = 20,
+        sinkhorn_tau: PositiveFloat = 1.0,
+        sinkhorn_iters: PositiveInt = 20,
+        sinkhorn_loss: Literal["mse", "ce"] = "mse",
+        gumbel_noise: NonNegativeFloat = 1.0,
+        decode: Literal["noiseless", "noisy"] = "noiseless",
+        num_samples: PositiveInt = 16,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 1e-4,
     ):
         super().__init__()
-        for name, value, allowed in (
-            ("task", task, ("sorting", "slap")),
-            ("method", method, METHODS),
-            ("coupling", coupling, ("nearest", "independent")),
-            ("prediction", prediction, ("velocity", "endpoint", "endpoint_softmax")),
-            ("time_sampling", time_sampling, ("uniform", "logit_normal", "early")),
-            ("sampler", sampler, ("euler", "heun")),
-            ("decode", decode, ("noiseless", "noisy")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        if width % heads:
+            raise ConfigError(
+                f"model.width={width} must be a multiple of model.heads={heads} (each attention "
+                "head gets width / heads channels); change one of them"
+            )
         self.save_hyperparameters()
         flow = method == "permflow"
         if task == "sorting":
@@ -74,7 +71,7 @@ class PermutationModel(L.LightningModule):
         hp = getattr(datamodule, "hparams", {})
         for key in ("n", "task"):
             if key in hp and hp[key] != self.hparams[key]:
-                raise ValueError(
+                raise ConfigError(
                     f"data.{key}={hp[key]!r} but model.{key}={self.hparams[key]!r}; "
                     f"set both to the same value"
                 )

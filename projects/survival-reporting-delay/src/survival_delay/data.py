@@ -27,9 +27,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from jsonargparse.typing import (
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    restricted_string_type,
+)
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
+from papers_cli import ConfigError
 from papers_data import DatasetNotFoundError, resolve_data_root
 from survival_delay.core import Cohort
 from survival_delay.simulate import Truth, simulate_study
@@ -41,6 +48,7 @@ HOW_TO_GET = (
     "parquet, into this folder, and pass the snapshot's as-of date with --data.as_of."
 )
 DAYS_PER_YEAR = 365.25
+IsoDate = restricted_string_type("IsoDate", r"^\d{4}-\d{2}-\d{2}$", "a date, YYYY-MM-DD")
 
 
 class DataFormatError(ValueError):
@@ -216,15 +224,15 @@ class SurvivalDelayDataModule(LightningDataModule):
     def __init__(
         self,
         root: str | None = None,
-        as_of: str | None = None,
-        min_source_window: float = 1.5,
-        horizon: float = 1.0,
-        n_source: int = 3000,
-        n_target: int = 1000,
-        target_window: float = 0.5,
+        as_of: IsoDate | None = None,
+        min_source_window: PositiveFloat = 1.5,
+        horizon: PositiveFloat = 1.0,
+        n_source: PositiveInt = 3000,
+        n_target: PositiveInt = 1000,
+        target_window: PositiveFloat = 0.5,
         gamma: float = 0.4,
-        n_features: int = 1,
-        seed: int = 0,
+        n_features: NonNegativeInt = 1,
+        seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -235,12 +243,12 @@ class SurvivalDelayDataModule(LightningDataModule):
         if h.root is not None:
             resolve_data_root(h.root, DATASET, EXPECTED, HOW_TO_GET)  # missing folder first
             if h.as_of is None:
-                raise DataFormatError(
+                raise ConfigError(
                     "real tables need the snapshot's as-of date: --data.as_of=YYYY-MM-DD"
                 )
             cohort = load_tables(h.root, h.as_of, h.horizon)
             if cohort.x.shape[1] != h.n_features:
-                raise DataFormatError(
+                raise ConfigError(
                     f"the policies table has {cohort.x.shape[1]} covariates but "
                     f"data.n_features={h.n_features}; set --data.n_features={cohort.x.shape[1]}"
                 )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -140,6 +141,8 @@ class LogNormal(Family):
 
 FAMILIES = {"weibull": Weibull, "gompertz": Gompertz, "piecewise": PiecewiseExponential}
 DELAY_FAMILIES = {"weibull": Weibull, "lognormal": LogNormal}
+EventFamily = Literal["weibull", "gompertz", "piecewise"]  # the keys of FAMILIES
+DelayFamily = Literal["weibull", "lognormal"]  # the keys of DELAY_FAMILIES
 
 
 def make_family(name: str, cuts: tuple[float, ...] | None = None) -> Family:

@@ -14,10 +14,14 @@ likelihood, and each draws its own shard's E-step samples (seed + rank).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt, restricted_number_type
 from lightning.pytorch import LightningModule
 from torch import nn
 
+from papers_cli import ConfigError
 from survival_delay.core import JointModel
 from survival_delay.fitting import (
     MCEMSchedule,
@@ -25,32 +29,47 @@ from survival_delay.fitting import (
     fit_direct,
     mcem_iteration,
 )
+from survival_delay.hazards import DelayFamily, EventFamily
+
+# M_k = start_draws * growth^k must not shrink from one MCEM iteration to the next.
+Growth = restricted_number_type(None, float, (">=", 1))  # unnamed: see papers-cli's README
 
 
 class JointHazardModule(LightningModule):
     def __init__(
         self,
-        n_features: int = 1,
-        event_family: str = "weibull",
-        delay_family: str = "weibull",
+        n_features: NonNegativeInt = 1,
+        event_family: EventFamily = "weibull",
+        delay_family: DelayFamily = "weibull",
         delay_covariates: bool = False,
-        cuts: list[float] | None = None,
-        quad_nodes: int = 32,
-        method: str = "mcem",
-        start_draws: int = 20,
-        max_draws: int = 500,
-        growth: float = 1.5,
-        tol: float = 5e-3,
-        patience: int = 3,
-        average_last: int = 5,
-        m_step_iter: int = 50,
-        horizon: float = 1.0,
-        gamma_prior_sd: float | None = 1.0,
+        cuts: list[PositiveFloat] | None = None,
+        quad_nodes: PositiveInt = 32,
+        method: Literal["mcem", "direct"] = "mcem",
+        start_draws: PositiveInt = 20,
+        max_draws: PositiveInt = 500,
+        growth: Growth = 1.5,
+        tol: PositiveFloat = 5e-3,
+        patience: PositiveInt = 3,
+        average_last: PositiveInt = 5,
+        m_step_iter: PositiveInt = 50,
+        horizon: PositiveFloat = 1.0,
+        gamma_prior_sd: PositiveFloat | None = 1.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if method not in ("mcem", "direct"):
-            raise ValueError(f"model.method must be 'mcem' or 'direct', not {method!r}")
+        if start_draws > max_draws:
+            raise ConfigError(
+                f"model.start_draws={start_draws} exceeds model.max_draws={max_draws}; the Monte "
+                "Carlo sample grows from start_draws up to max_draws, so raise max_draws or lower "
+                "start_draws"
+            )
+        if cuts and event_family != "piecewise":
+            raise ConfigError(
+                f"model.cuts are the pieces of the piecewise event hazard, but event_family="
+                f"{event_family!r}; drop the cuts or set --model.event_family=piecewise"
+            )
+        if cuts and any(b <= a for a, b in zip(cuts, cuts[1:], strict=False)):
+            raise ConfigError(f"model.cuts={cuts} must be strictly increasing times (years)")
         self.automatic_optimization = False
         self.joint = JointModel.build(
             n_features,

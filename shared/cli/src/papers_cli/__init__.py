@@ -7,7 +7,7 @@
 - ``reproduce_parser``: the flags every ``reproduce`` shares (``--quick``, ``--seed``, ``--out``).
 """
 
-from papers_cli.errors import UserError, user_errors
+from papers_cli.errors import ConfigError, UserError, user_errors
 from papers_cli.lightning_cli import (
     PapersCLI,
     RunSummary,
@@ -18,6 +18,7 @@ from papers_cli.lightning_cli import (
 from papers_cli.projects import Project, find_project, project_dir_of
 
 __all__ = [
+    "ConfigError",
     "PapersCLI",
     "Project",
     "RunSummary",

@@ -17,6 +17,16 @@ class UserError(Exception):
     user_facing = True
 
 
+class ConfigError(UserError, ValueError):
+    """Values that each pass their type but not together, or not with the data: ``n`` larger
+    than the classes in the data, a checkpoint whose shapes differ from the config, sizes that
+    contradict each other. The message names the options and says what to change. Exit status 2.
+
+    A ``ValueError`` too, so code that catches bad values directly (tests, claim scripts) still
+    does when a check turns into a ConfigError.
+    """
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Print exceptions marked ``user_facing`` (e.g. ``DatasetNotFoundError``) as a wrapped

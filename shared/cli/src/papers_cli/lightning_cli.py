@@ -38,7 +38,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer  # noqa: E402
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar  # noqa: E402
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
-from papers_cli.errors import UserError, user_errors  # noqa: E402
+from papers_cli.errors import TRACEBACK_ENV, UserError, user_errors  # noqa: E402
 from papers_cli.projects import find_project, project_dir_of  # noqa: E402
 from papers_gpu import (  # noqa: E402
     PeakMemoryMonitor,
@@ -127,11 +127,13 @@ class PapersArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
+        if os.environ.get(TRACEBACK_ENV):  # the stack, as for every other user-facing error
+            raise argparse.ArgumentError(None, message) from ex
         print(
             f"error: {message}\n"
             "Check the flag or config key against `uv run train --help` (every option with its "
-            "default) and the project's configs/default.yaml; config files given with --config "
-            "must exist and hold keys of the same names.",
+            "type, choices and default) and the project's configs/default.yaml; config files "
+            "given with --config must exist and hold keys of the same names.",
             file=sys.stderr,
         )
         self.exit(2)

@@ -1,4 +1,5 @@
-"""Test helpers for paper projects: a real multi-process run of `train`, and the resume check.
+"""Test helpers for paper projects: a real multi-process run of `train`, the resume check,
+and a bad config.
 
     reference = json.loads((single_run_dir / "summary_rank0.json").read_text())
     summaries = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp", reference=reference)
@@ -12,6 +13,11 @@ each rank's ``summary_rank<k>.json``.
 
 trains 8 steps straight, and 4 steps, then resumes from that run's checkpoint for 4 more, and
 fails unless parameters, optimizer state and the last logged metrics agree.
+
+    message = user_error_message(train, [*tiny_args, "--model.lr=-1"], capsys)
+
+runs ``train`` in-process expecting the CLI's clean failure: exit 2 and one paragraph on stderr,
+no traceback.
 """
 
 from __future__ import annotations
@@ -232,3 +238,24 @@ def _compare(
         problems.append(f"{what} {name}: {expected!r} vs {actual!r}")
         return float("inf")
     return 0.0
+
+
+def user_error_message(train: Callable[[list[str]], Any], args: Sequence[str], capsys) -> str:
+    """Run ``train(args)`` (a project's in-process entry point) and check that it fails as a
+    user error should: exit status 2, one ``error:`` paragraph on stderr, no traceback. Returns
+    the paragraph with its line breaks folded into spaces, for the caller to check the wording.
+
+    ``capsys`` is pytest's fixture. Lines that Lightning logs before a failure inside ``fit``
+    (one per line, no blank line) are part of the paragraph.
+    """
+    capsys.readouterr()  # only this run's output
+    try:
+        train(list(args))
+    except SystemExit as exit_:
+        code = exit_.code
+    else:
+        raise AssertionError(f"train accepted {list(args)[-1]!r}; expected exit status 2")
+    err = capsys.readouterr().err.strip()
+    if code != 2 or "Traceback" in err or "\n\n" in err or err.count("error:") != 1:
+        raise AssertionError(f"expected exit 2 and one error paragraph, got {code}:\n{err}")
+    return " ".join(err.split())
