@@ -30,7 +30,9 @@ def test_generated_project_passes_its_tests(tmp_path):
     sync = run("uv", "sync", "--locked", "--package", "demo-paper")
     assert sync.returncode == 0, sync.stderr[-2000:]
     # The locked ruff of the policy environment: `uv run --with ruff` would take the newest one.
-    lint = run(str(Path(sys.executable).with_name("ruff")), "check", "projects/demo-paper")
+    ruff = str(Path(sys.executable).with_name("ruff"))
+    lint = run(ruff, "check", "projects/demo-paper")
+    formatted = run(ruff, "format", "--check", "projects/demo-paper")
     tests = run(
         "uv",
         "run",
@@ -50,3 +52,4 @@ def test_generated_project_passes_its_tests(tmp_path):
     assert tests.returncode == 0, tests.stdout[-4000:]
     assert " passed" in tests.stdout.splitlines()[-1]
     assert lint.returncode == 0, lint.stdout[-2000:]
+    assert formatted.returncode == 0, formatted.stdout[-2000:]
