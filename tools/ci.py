@@ -21,10 +21,13 @@ file of the paper's math) and narrow `pytest_add_cli_args_test_selection` to the
 exercise the math and the default path. It prints killed / survived / timed out counts and each
 survivor's diff. mutmut rather than cosmic-ray: it needs no session database or per-module
 config, runs straight from a project's pyproject in a src layout (its copy in `mutants/src`
-shadows the editable install), and forks per mutant from one warm pytest process, which matters
-when every test imports torch; cosmic-ray starts a fresh pytest per mutant. Torch's thread pools
-do not survive that fork well: one thread per process and two children keep mutants from being
-reported as timed out (see CONVENTIONS, "Mutation testing").
+shadows the editable install), and forks each mutant from a process that has already imported
+the tests, which matters when every test imports torch (seconds each); cosmic-ray starts a fresh
+test process per mutant. Torch does not survive every fork: forked from mutmut's main process,
+which has run the tests and started torch's thread pools, permflow's workers hung (26 of the
+first 69 mutants "timed out"); with `process_isolation = "forkserver"` in the project's table
+they fork from a server that has only imported the tests, and none did. One torch thread per
+process and two children keep the two cores from being oversubscribed.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LANES = {"fast": "not slow and not gpu", "slow": "slow", "gpu": "gpu"}
 NO_TESTS_COLLECTED = 5  # pytest's exit status when nothing was collected
-# Forked mutmut workers hang on thread pools torch started before the fork (CONVENTIONS).
+# Two mutants at a time on two cores, each on one thread (CONVENTIONS, "Mutation testing").
 MUTATION_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 MUTANT_COUNTS = {"killed": "killed", "survived": "survived", "timeout": "timed out"}  # mutmut's
 
