@@ -83,6 +83,7 @@ def test_quiet_fit_silences_a_config_but_not_an_override(project, tmp_path):
     assert cli.trainer.limit_val_batches == 0 and cli.trainer.logger is None
     assert cli.trainer.checkpoint_callback is None and not cli.trainer.progress_bar_callback
     assert fit("--trainer.limit_val_batches=1").trainer.limit_val_batches == 1
+    assert not Path("runs").exists()  # a claim experiment leaves the working directory clean
 
 
 def test_config_saved_with_overwrite(project):

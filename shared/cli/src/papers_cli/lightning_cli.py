@@ -275,6 +275,8 @@ def quiet_fit(
 
     Order: ``config_files``, then ``QUIET_RUN_ARGS`` (so no config turns logging back on), then
     ``overrides`` (which may, deliberately). ``callbacks`` replace the interactive defaults.
+    Nothing is written: no logger, no checkpoint and no ``runs/<slug>/config.yaml``, so a
+    claim experiment leaves the working directory as it found it.
     """
     configs = [f"--config={path}" for path in config_files]
     return cli_main(
@@ -284,6 +286,7 @@ def quiet_fit(
         args=[*configs, f"--seed_everything={seed}", *QUIET_RUN_ARGS, *overrides],
         cli_class=cli_class,
         trainer_defaults_override={"callbacks": list(callbacks), "enable_progress_bar": False},
+        save_config_callback=None,
     )
 
 
