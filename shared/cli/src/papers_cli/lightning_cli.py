@@ -14,6 +14,8 @@ What it adds to ``lightning.pytorch.cli.LightningCLI``:
   fit took no optimizer step (``FitEndCheckpoint``), so ``train test --ckpt_path`` always has
   something to load;
 - ``save_config_kwargs={"overwrite": True}`` so reruns in the same folder do not fail;
+- ``train test|validate|predict --ckpt_path`` with a missing file, or with a checkpoint whose
+  shapes differ from the model the config builds, is a ``ConfigError``, not a traceback;
 - user-facing errors (missing data, bad input) print one paragraph and exit 2.
 """
 
@@ -38,7 +40,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer  # noqa: E402
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar  # noqa: E402
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
-from papers_cli.errors import TRACEBACK_ENV, UserError, user_errors  # noqa: E402
+from papers_cli.errors import TRACEBACK_ENV, ConfigError, UserError, user_errors  # noqa: E402
 from papers_cli.projects import find_project, project_dir_of  # noqa: E402
 from papers_gpu import (  # noqa: E402
     PeakMemoryMonitor,
@@ -194,6 +196,27 @@ class PapersCLI(LightningCLI):
             args=args,
             **kwargs,
         )
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        ckpt_path = self.config_init[subcommand].get("ckpt_path")
+        if ckpt_path not in (None, "last", "best", "hpc") and not Path(ckpt_path).is_file():
+            raise ConfigError(
+                f"--ckpt_path {ckpt_path} is not a file. Checkpoints of `uv run train` are under "
+                f"runs/{self.slug}/ (look for *.ckpt)."
+            )
+        try:
+            super()._run_subcommand(subcommand)
+        except RuntimeError as error:
+            if "Error(s) in loading state_dict" not in str(error):
+                raise
+            lines = str(error).splitlines()
+            detail = lines[1].strip() if len(lines) > 1 else "parameter names or shapes differ"
+            raise ConfigError(
+                f"The checkpoint {ckpt_path} does not fit the model this command built "
+                f"({detail}). Build the model it was "
+                "trained with: pass the same --config files and --model options, e.g. the "
+                "config.yaml saved beside that run's logs."
+            ) from error
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         # A progress bar among the defaults would make `--trainer.enable_progress_bar false`
