@@ -130,7 +130,8 @@ class JointModel:
         unrep = ~rep
         if unrep.any():
             log_s, log_i = self.log_unreported_terms(theta, phi, gamma, cohort.subset(unrep))
-            terms = terms.masked_scatter(unrep, torch.logaddexp(log_s, log_i))  # [N]
+            index = unrep.nonzero(as_tuple=True)
+            terms = terms.index_put(index, torch.logaddexp(log_s, log_i))  # [N]
         return terms if per_subject else terms.sum()
 
     def posterior_event_prob(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:
