@@ -13,7 +13,7 @@ from survival_delay.cli import train
 from survival_delay.persist import load_fit, policy_risks
 
 PROJECT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
+CONFIGS = sorted(p for p in (PROJECT / "configs").glob("*.yaml") if p.name != "claim.yaml")
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
@@ -163,3 +163,14 @@ def test_resume_continues_the_mcem_chain_exactly(tiny_args, tmp_path):
     for key in ("train/source_loglik", "val/timely_risk"):
         assert resumed.trainer.callback_metrics[key] == straight.trainer.callback_metrics[key]
     assert not torch.equal(half.model.theta, straight.model.theta)
+
+
+def test_a_bad_claim_file_stops_before_any_fit(tmp_path, monkeypatch):
+    from survival_delay import claim
+
+    bad = tmp_path / "claim.yaml"
+    bad.write_text((PROJECT / "configs" / "claim.yaml").read_text().replace("[0, 1, 2]", "[0]"))
+    monkeypatch.setattr(claim, "CLAIM_FILE", bad)
+    monkeypatch.setattr(claim, "replications", lambda *a, **k: pytest.fail("fitted first"))
+    with pytest.raises(ValueError, match="at least 3 seeds"):
+        run_claim_experiment(["--out", str(tmp_path / "out")])
