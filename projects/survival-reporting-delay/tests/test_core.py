@@ -336,3 +336,36 @@ def test_sandwich_variance_matches_the_bootstrap():
     assert delta_method_se(risk, fit, cov) == pytest.approx(np.std(risks, ddof=1), rel=0.3)
     # the sandwich is not the naive inverse information under a wrong lag: it is symmetric PD
     assert torch.allclose(cov, cov.T) and bool((torch.linalg.eigvalsh(cov) > 0).all())
+
+
+def test_negligible_unreported_mass_bound_leaves_the_likelihood_unchanged(monkeypatch):
+    """Eq. (M2b): subjects whose window runs far past the exposure end skip the quadrature;
+    the log-likelihood and its gradient equal the full quadrature's (delay-free-like data)."""
+    import survival_delay.core as core
+
+    rng = np.random.default_rng(9)
+    n = 400
+    exposure = rng.uniform(0.2, 2.0, n)
+    window = exposure + np.where(rng.random(n) < 0.5, 50.0, rng.uniform(0, 0.3, n))
+    cohort = Cohort(
+        torch.tensor(rng.standard_normal((n, 1))),
+        torch.tensor(window),
+        torch.tensor(exposure),
+        torch.zeros(n, dtype=torch.bool),
+        torch.full((n,), math.nan, dtype=F64),
+        torch.full((n,), math.nan, dtype=F64),
+    )
+    model = JointModel.build(1)
+    theta = Truth().theta().requires_grad_()
+    phi = Truth().phi()
+
+    def value_and_grad():
+        ll = model.loglik(theta, phi, cohort)
+        (grad,) = torch.autograd.grad(ll, theta)
+        return ll.item(), grad
+
+    fast = value_and_grad()
+    monkeypatch.setattr(core, "NEGLIGIBLE", 1e9)  # quadrature for everyone
+    full = value_and_grad()
+    assert fast[0] == pytest.approx(full[0], rel=1e-14)
+    assert torch.allclose(fast[1], full[1], rtol=1e-12)
