@@ -194,10 +194,11 @@ class JointHazardModule(LightningModule):
     def on_fit_end(self) -> None:
         """Rank 0 writes fitted_params.json and timely_risk.csv (persist.py) to the run folder."""
         trainer = self.trainer
+        # log_dir broadcasts rank 0's folder under DDP: a collective every rank must join.
+        folder = Path(trainer.log_dir or trainer.default_root_dir)
         if trainer.global_rank != 0 or trainer.sanity_checking or trainer.fast_dev_run:
             return
         data = trainer.datamodule
-        folder = Path(trainer.log_dir or trainer.default_root_dir)
         config = {
             k: self.hparams[k]
             for k in (
