@@ -255,6 +255,6 @@ def test_ols_flips_a_sign_on_a_correlated_example_that_monotone_fits_do_not():
     y = f + 0.05 * rng.normal(size=len(f))
     assert OLS().fit(x, y).coef_[2] < -0.01
     assert NonNegativeLinear().fit(x, y).coef_[2] >= 0.0
-    effects = criterion_effects(CrossFitRobust(seed=0).fit(x[:2000], y[:2000]).predict, x[:500],
+    effects = criterion_effects(CrossFitRobust(seed=0).fit(x[:800], y[:800]).predict, x[:500],
                                 np.full(3, 0.1))  # fmt: skip
     assert effects[:, 2].mean() >= 0.0
