@@ -3,7 +3,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import torch
 
 from graphmet.claim import run_claim_experiment
@@ -46,6 +45,7 @@ def test_both_processors_train_on_a_global_reanalysis_fixture(
             "--data.modes=16",
             "--data.val_fraction=0.4",
             "--data.test_fraction=0.2",
+            "--data.basis=laplacian",
             f"--model.processor={processor}",
         ]
     )

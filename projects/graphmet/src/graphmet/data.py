@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 from graphmet.mesh import WeatherGraph, icosahedral_graph, periodic_graph, regional_graph
 from graphmet.simulate import advect_trajectories, coarse_grain, kolmogorov_trajectories
 from papers_cli import ConfigError
-from papers_data import DatasetNotFoundError, cached_generate, resolve_data_root
+from papers_data import DatasetNotFoundError, EpochShuffle, cached_generate, resolve_data_root
 
 HOW_TO_GET = (
     "Put netCDF (*.nc) files or zarr stores (*.zarr) with dimensions (time, [level,] latitude, "
@@ -301,6 +301,11 @@ class GraphmetDataModule(LightningDataModule):
                 f"the regional window data.grid={grid} exceeds data.native_resolution="
                 f"{native_resolution}; lower the grid or raise the resolution"
             )
+        if not simulated and basis == "fourier":
+            raise ConfigError(
+                "the Fourier basis exists only on the miniature's periodic lattice: real data use "
+                "--data.basis=laplacian"
+            )
         if simulated and (static_variables or forcing_variables):
             raise ConfigError(
                 "data.static_variables and data.forcing_variables need real data (data.root)"
@@ -454,10 +459,12 @@ class GraphmetDataModule(LightningDataModule):
         return torch.stack(list(WindowDataset(self.trajectories[split], length, stride)))
 
     def train_dataloader(self) -> DataLoader:
+        # An order that depends only on (seed, epoch): a resumed run sees the same batches.
+        epoch = lambda: self.trainer.current_epoch if self.trainer is not None else 0  # noqa: E731
         return DataLoader(
             self.train_set,
             batch_size=self.hparams.batch_size,
-            shuffle=True,
+            sampler=EpochShuffle(len(self.train_set), self.hparams.seed, epoch),
             num_workers=self.hparams.num_workers,
             drop_last=len(self.train_set) >= self.hparams.batch_size,
         )
