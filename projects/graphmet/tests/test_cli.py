@@ -79,7 +79,7 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
         train([*tiny_args, "--model.no_such_option=1"])
     assert info.value.code == 2
     with pytest.raises(SystemExit) as info:
-        train([*tiny_args, f"--data.root={tmp_path / 'missing'}"])
+        train([*tiny_args, f"--data.root={tmp_path / 'missing'}", "--data.basis=laplacian"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "no_such_option" in err and "not found" in err and "Traceback" not in err
