@@ -35,6 +35,8 @@ def tiny_args(tmp_path):
         *TINY_MODEL,
         "--data.num_authors=6",
         "--data.num_forget_authors=1",
+        "--data.num_collateral_authors=1",
+        "--data.num_generic=40",
         "--data.vocab_size=300",
         "--data.batch_size=8",
         "--data.forget_batch_size=4",

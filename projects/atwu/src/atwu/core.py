@@ -127,9 +127,39 @@ def standardise(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> 
     return (values - mean) / (std + eps) * mask
 
 
-def relevance_targets(scores: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Eq. 5: y_t = sigmoid(z(c)_t / tau) in (0, 1); high where forgetting helps retention."""
-    return torch.sigmoid(standardise(scores, mask) / temperature) * mask
+def robust_standardise(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Eq. 5b: (c - median) / (IQR / 1.349) over the masked tokens (0 elsewhere); a few
+    outliers do not set the scale, unlike the mean / standard deviation of ``standardise``."""
+    kept = values[mask.bool()]
+    median = kept.median()
+    iqr = torch.quantile(kept, 0.75) - torch.quantile(kept, 0.25)
+    return (values - median) / (iqr / 1.349 + eps) * mask
+
+
+def masked_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 5c: the rank of each masked value among the masked values, scaled to [0, 1]."""
+    kept = mask.bool()
+    ranks = torch.zeros_like(values, dtype=torch.float32)
+    order = values[kept].argsort().argsort().float()
+    ranks[kept] = order / max(int(kept.sum()) - 1, 1)
+    return ranks
+
+
+def relevance_targets(
+    scores: torch.Tensor, mask: torch.Tensor, temperature: float, kind: str = "rank"
+) -> torch.Tensor:
+    """Eq. 5: relevance targets in [0, 1], high where forgetting helps (or does not hurt) retention.
+
+    ``z``: sigmoid(z(c)_t / tau); ``robust_z``: the same on median / IQR scores (Eq. 5b);
+    ``rank``: the within-batch rank of c_t (Eq. 5c), scale free and blind to outliers.
+    """
+    if kind == "rank":
+        return masked_ranks(scores, mask) * mask
+    if kind == "robust_z":
+        return torch.sigmoid(robust_standardise(scores, mask) / temperature) * mask
+    if kind == "z":
+        return torch.sigmoid(standardise(scores, mask) / temperature) * mask
+    raise ValueError(f"relevance target must be 'rank', 'robust_z' or 'z', got {kind!r}")
 
 
 class RelevanceScorer(nn.Module):

@@ -199,3 +199,79 @@ def evaluate_unlearning(
         metrics["forget_quality"] = forget_quality(ratios, retain_model_ratios)
     model.train(was_training)
     return metrics, ratios
+
+
+@torch.no_grad()
+def answer_token_logprobs(
+    model, tokenizer, items: list[QAItem], batch_size: int = 64
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Teacher-forced log p_t of every answer token and its class (template / value / name /
+    EOS, see ``atwu.data.TOKEN_CLASSES``), one (logp [T_i], class [T_i]) pair per item."""
+    device = next(model.parameters()).device
+    out = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        examples = [
+            encode_qa(tokenizer, it.question, it.answer, it.answer_spans, 128, it.name_spans)
+            for it in chunk
+        ]
+        batch = collate(examples, tokenizer.pad_token_id)
+        logits = model(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+        ).logits
+        logp, mask = answer_logprobs(logits, batch["labels"].to(device))
+        classes = batch["token_class"][:, 1:]
+        for row in range(len(chunk)):
+            keep = mask[row].bool().cpu()
+            out.append((logp[row].cpu()[keep].numpy(), classes[row][keep].numpy()))
+    return out
+
+
+def gap_to_reference(
+    unlearned: list[tuple[np.ndarray, np.ndarray]],
+    reference: list[tuple[np.ndarray, np.ndarray]],
+    token_class: int | None = None,
+) -> np.ndarray:
+    """Per item: mean over its answer tokens (of one class, or all) of |log p_t - log p_ref_t|.
+
+    Against the retain model this is a token-level forget quality: 0 when the unlearned model
+    predicts every answer token as a model that never saw the forget data does. It penalises
+    both a fact that is still known (value tokens too likely) and a destroyed answer (template
+    tokens pushed far below the retain model's fluent prediction), as well as over-forgetting.
+    Items without a token of the class give NaN.
+    """
+    gaps = []
+    for (logp, classes), (ref, _) in zip(unlearned, reference, strict=True):
+        keep = np.ones_like(classes, bool) if token_class is None else classes == token_class
+        gaps.append(float(np.abs(logp - ref)[keep].mean()) if keep.any() else np.nan)
+    return np.asarray(gaps)
+
+
+def normalised_answer_probability(token_logprobs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Per item P(a|q)^(1/|a|) = exp(mean_t log p_t)."""
+    return np.array([float(np.exp(logp.mean())) for logp, _ in token_logprobs])
+
+
+def forget_gap(
+    unlearned: list[tuple[np.ndarray, np.ndarray]],
+    reference: list[tuple[np.ndarray, np.ndarray]],
+    value_class: int = 1,
+) -> np.ndarray:
+    """Per forget item, the distance to the retain model (which never saw the item)::
+
+        gap = | mean_{t in value} (log p_t - log p_t^ret) |  +  mean_{t not in value} (log p_t^ret - log p_t)_+
+
+    The first term is 0 when the fact (the attribute value) is exactly as likely as for a model
+    that never learned it, and grows both when it is still known and when it is pushed far below
+    (over-forgetting, detectable); the second term is the fluency lost on the rest of the answer
+    (template, the name copied from the question, EOS) relative to the retain model. 0 for the
+    retain model itself.
+    """
+    gaps = []
+    for (logp, classes), (ref, _) in zip(unlearned, reference, strict=True):
+        value = classes == value_class
+        knowledge = abs(float((logp - ref)[value].mean())) if value.any() else 0.0
+        damage = float(np.maximum(ref - logp, 0.0)[~value].mean()) if (~value).any() else 0.0
+        gaps.append(knowledge + damage)
+    return np.asarray(gaps)
