@@ -40,7 +40,7 @@ from atwu.evaluate import (
     span_alignment,
     truth_ratios,
 )
-from atwu.model import CONFLICT_METHODS, UnlearningModule, load_pretrained
+from atwu.model import UnlearningModule, load_pretrained
 from papers_cli import project_dir_of, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
 from papers_gpu import seed_everything
@@ -132,8 +132,11 @@ class World:
         kwargs = {"seed": seed, "tokenizer_path": str(base), "batch_size": BATCH, **sizes}
         tick = time.perf_counter()
         self.full_dir, self.retain_dir = work / f"full-{seed}", work / f"retain-{seed}"
-        jobs = [(which, kwargs, settings["finetune_steps"], out, seed, str(base))
-                for which, out in (("all", self.full_dir), ("retain", self.retain_dir))]  # fmt: skip
+        steps = settings["finetune_steps"]
+        jobs = [
+            (which, kwargs, steps, out, seed, str(base))
+            for which, out in (("all", self.full_dir), ("retain", self.retain_dir))
+        ]
         # the two fine-tunings are independent: one process each (one torch thread each)
         list(pool.map(_finetune_job, jobs)) if pool is not None else [
             _finetune_job(job) for job in jobs
@@ -160,9 +163,7 @@ class World:
             [self.data.forget_set.examples[i] for i in range(n_val, len(items.forget))],
             self.tokenizer.pad_token_id,
         )
-        self.retain_batch = collate(
-            self.data.retain_set.examples[:64], self.tokenizer.pad_token_id
-        )
+        self.retain_batch = collate(self.data.retain_set.examples[:64], self.tokenizer.pad_token_id)
 
     def evaluate(self, model) -> dict[str, Any]:
         """Every metric of one model (see configs/claim.yaml for the checked ones)."""
@@ -306,6 +307,7 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
     tuning = tune(
         spec, lambda subject, params, seed: unlearn(subject, params, seed)["val_forget_gap"]
     )
+
     def run_one(subject: str, seed: int) -> dict[str, Any]:
         if subject == "full_model":  # the model before unlearning: the utility reference
             return {k: v for k, v in world(seed).reference["full_model"].items()}

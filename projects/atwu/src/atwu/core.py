@@ -24,9 +24,10 @@ Scorer. A linear map over detached hidden states ``h_t`` (no external labels)::
 
     s_t = psi^T sg(h_t) + b,      w_t = sigmoid(s_t)                                  (Eq. 4)
 
-fitted to the batch's conflict-derived relevance targets (within-batch standardised, so the
-target is scale free)::
+fitted to the batch's conflict-derived relevance targets, scale free within the batch::
 
+    y_t = rank_m(c)_t / (n_m - 1)                          (Eq. 5c, default: robust to outliers)
+    y_t = sigmoid(((c_t - median_m c) / (IQR_m c / 1.349)) / tau)                      (Eq. 5b)
     y_t = sigmoid(z(c)_t / tau),   z(c)_t = (c_t - mean_m c) / std_m c                 (Eq. 5)
     L_psi = BCE(s_t, y_t) averaged over answer tokens                                 (Eq. 6)
 
@@ -39,10 +40,11 @@ Model step (scorer fixed, weights detached) with the retain term weighted by lam
 
     L_theta = sum_t m_t wbar_t l_t / sum_t m_t + lambda L_r(theta)                     (Eq. 8)
 
-Alternation: at every step the scorer takes a step on Eq. 6 with the conflict scores of the
-current parameters, and the model takes a step on Eq. 8 with the scorer's weights; both come out
-of one backward pass (the weights used by the model step are those of the scorer before its
-update, i.e. a one-step-lagged alternation).
+Alternation (strict, as the abstract's "alternating"): at every step the scorer first takes one
+step on Eq. 6 with the conflict scores of the current parameters, then the model takes one step
+on Eq. 8 with the weights of the updated scorer. During a short burn-in the model step uses
+uniform weights (token NPO) while the scorer already learns, so the scorer does not read conflict
+scores only at the memorised point, where p_t ~ 1 makes them ~0.
 """
 
 from __future__ import annotations

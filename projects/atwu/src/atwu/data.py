@@ -50,6 +50,13 @@ RWKU_HOW_TO_GET = (
 )
 PAD, EOS = "<pad>", "<eos>"
 PROMPT = "Question: {question}\nAnswer:"
+# How a question becomes the prompt: "plain" (PROMPT, no special token: TOFU-mini), "plain_bos"
+# (the tokenizer's BOS token, then PROMPT) or "chat" (the tokenizer's own chat template with the
+# question as the user turn and the generation prompt, as open-unlearning's TOFU checkpoints were
+# fine-tuned; the template writes BOS itself). Set on the tokenizer by the data module, so that
+# training, evaluation and generation all build the same prompt.
+PROMPT_FORMAT_ATTR = "atwu_prompt_format"
+PromptFormat = Literal["plain", "plain_bos", "chat"]
 
 
 class DataFormatError(ValueError):
@@ -232,7 +239,8 @@ RELATIONS = {
     ),
     "birth_date": (
         ("When was {n} born?", "What is the date of birth of {n}?", "On which day was {n} born?"),
-        ("{n} was born on {v}.", "The date of birth of {n} is {v}.", "{n} was born on the day {v}."),
+        ("{n} was born on {v}.", "The date of birth of {n} is {v}.",
+         "{n} was born on the day {v}."),
     ),
     "father_job": (
         ("What did the father of {n} do for a living?", "What was the job of the father of {n}?",
@@ -267,7 +275,8 @@ RELATIONS = {
     "nationality": (
         ("What is the nationality of {n}?", "Which country is {n} a citizen of?",
          "Where does {n} hold citizenship?"),
-        ("{n} is a citizen of {v}.", "The nationality of {n} is {v}.", "{n} holds a passport of {v}."),
+        ("{n} is a citizen of {v}.", "The nationality of {n} is {v}.",
+         "{n} holds a passport of {v}."),
     ),
 }  # fmt: skip
 # Relations whose values come from small pools: forget and collateral authors can share them.
@@ -461,6 +470,33 @@ TEMPLATE, VALUE, NAME, END = 0, 1, 2, 3  # token classes of an answer (-1 on the
 TOKEN_CLASSES = {"template": TEMPLATE, "value": VALUE, "name": NAME, "eos": END}
 
 
+def set_prompt_format(tokenizer: PreTrainedTokenizerBase, prompt_format: str) -> None:
+    """Record how prompts are built for this tokenizer (see ``PROMPT_FORMAT_ATTR``)."""
+    if prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise DataFormatError(
+            "data.prompt_format=chat needs a tokenizer with a chat template (the checkpoint's "
+            "tokenizer_config.json); use plain or plain_bos for a tokenizer without one"
+        )
+    if prompt_format == "plain_bos" and tokenizer.bos_token_id is None:
+        raise DataFormatError("data.prompt_format=plain_bos needs a tokenizer with a BOS token")
+    setattr(tokenizer, PROMPT_FORMAT_ATTR, prompt_format)
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, question: str) -> list[int]:
+    """The token ids of the prompt for ``question`` in the tokenizer's prompt format."""
+    prompt_format = getattr(tokenizer, PROMPT_FORMAT_ATTR, "plain")
+    if prompt_format == "chat":
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        return list(ids)
+    ids = tokenizer(PROMPT.format(question=question), add_special_tokens=False)["input_ids"]
+    return [tokenizer.bos_token_id, *ids] if prompt_format == "plain_bos" else ids
+
+
 def encode_qa(
     tokenizer: PreTrainedTokenizerBase,
     question: str,
@@ -472,7 +508,7 @@ def encode_qa(
     """Prompt + answer tokens: labels only on the answer (and EOS), relevance 1 on answer tokens
     that overlap a forget-relevant character span of ``answer``; ``token_class`` marks template,
     value, name (copied from the question) and EOS tokens."""
-    prompt_ids = tokenizer(PROMPT.format(question=question), add_special_tokens=False)
+    prompt = prompt_ids(tokenizer, question)
     encoded = tokenizer(" " + answer, add_special_tokens=False, return_offsets_mapping=True)
 
     def overlaps(start: int, end: int, char_spans) -> bool:
@@ -487,8 +523,8 @@ def encode_qa(
     answer_ids = encoded["input_ids"] + [tokenizer.eos_token_id]
     relevance.append(0)
     classes.append(END)
-    input_ids = (prompt_ids["input_ids"] + answer_ids)[:max_length]
-    n_prompt = len(prompt_ids["input_ids"])
+    input_ids = (prompt + answer_ids)[:max_length]
+    n_prompt = len(prompt)
     labels = ([-100] * n_prompt + answer_ids)[:max_length]
     relevance = ([0] * n_prompt + relevance)[:max_length]
     classes = ([-1] * n_prompt + classes)[:max_length]
@@ -524,9 +560,7 @@ class EncodedQA(torch.utils.data.Dataset):
     def __init__(self, items: list[QAItem], tokenizer: PreTrainedTokenizerBase, max_length: int):
         self.items = items
         self.examples = [
-            encode_qa(
-                tokenizer, it.question, it.answer, it.answer_spans, max_length, it.name_spans
-            )
+            encode_qa(tokenizer, it.question, it.answer, it.answer_spans, max_length, it.name_spans)
             for it in items
         ]
 
@@ -550,6 +584,7 @@ class UnlearningDataModule(LightningDataModule):
         root: str | None = None,
         forget_split: Literal["forget01", "forget05", "forget10"] = "forget10",
         tokenizer_path: str | None = None,
+        prompt_format: PromptFormat = "plain",
         num_authors: PositiveInt = 30,
         num_forget_authors: PositiveInt = 10,
         num_collateral_authors: NonNegativeInt = 5,
@@ -598,6 +633,7 @@ class UnlearningDataModule(LightningDataModule):
                 self.tokenizer = load_tokenizer(h.tokenizer_path)
             else:
                 self.tokenizer = train_tokenizer(corpus_texts(self.data), h.vocab_size)
+        set_prompt_format(self.tokenizer, h.prompt_format)
         self.finetune_set = EncodedQA(
             self.data.finetune_items(h.finetune_on, h.author_repeats), self.tokenizer, h.max_length
         )

@@ -30,7 +30,7 @@ from atwu.core import (
     retain_nll,
     scorer_loss,
 )
-from atwu.evaluate import evaluate_unlearning, span_alignment
+from atwu.evaluate import evaluate_unlearning, span_alignment, truth_ratios
 from papers_cli import ConfigError, UserError
 
 SAMPLE_LEVEL = ("ga", "graddiff", "npo", "simnpo")
@@ -129,6 +129,9 @@ class UnlearningModule(LightningModule):
         burnin_steps: NonNegativeInt = 10,
         rare_max_count: NonNegativeInt = 10,
         eval_items: PositiveInt = 40,
+        retain_checkpoint: str | None = None,
+        max_new_tokens: PositiveInt = 32,
+        truth_ratio: Literal["geometric", "arithmetic"] = "geometric",
     ) -> None:
         super().__init__()
         if pretrained is None and (hidden_size % num_heads or (hidden_size // num_heads) % 2):
@@ -139,7 +142,8 @@ class UnlearningModule(LightningModule):
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model = None
-        # The retain model's forget-set truth ratios; when set, validation logs forget quality.
+        # The retain model's forget-set truth ratios (from ``retain_checkpoint`` or set by the
+        # caller); when known, validation logs forget quality.
         self.retain_model_ratios = None
 
     # ------------------------------------------------------------------ building
@@ -213,7 +217,9 @@ class UnlearningModule(LightningModule):
         return self.hparams.method == "npo" or token_npo
 
     def _scorer_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.scorer.parameters(), lr=self.hparams.scorer_lr, weight_decay=0)
+        return torch.optim.AdamW(
+            self.scorer.parameters(), lr=self.hparams.scorer_lr, weight_decay=0
+        )
 
     def configure_optimizers(self):
         h = self.hparams
@@ -422,8 +428,22 @@ class UnlearningModule(LightningModule):
         utility_sets = {"retain": (data.retain[:n], False), "world": (data.world_facts[:n], True)}
         if data.real_authors:
             utility_sets["real_authors"] = (data.real_authors[:n], True)
+        h = self.hparams
+        if self.retain_model_ratios is None and h.retain_checkpoint is not None:
+            # forget quality from the CLI: the retain model's forget-set truth ratios, once
+            retain = load_pretrained(h.retain_checkpoint).to(self.device).eval()
+            self.retain_model_ratios = truth_ratios(
+                retain, self.tokenizer, data.forget[:n], h.truth_ratio
+            )
+            del retain
         metrics, _ = evaluate_unlearning(
-            self.model, self.tokenizer, data.forget[:n], utility_sets, self.retain_model_ratios
+            self.model,
+            self.tokenizer,
+            data.forget[:n],
+            utility_sets,
+            self.retain_model_ratios,
+            h.max_new_tokens,
+            h.truth_ratio,
         )
         for name in ("forget_rouge", "forget_truth", "model_utility", "forget_quality"):
             if name in metrics:
