@@ -1,4 +1,5 @@
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -6,10 +7,11 @@ import pytest
 from atwu.claim import run_claim_experiment
 from atwu.cli import train
 from papers_cli.testing import run_ddp_train, user_error_message
-from papers_eval import load_results
+from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
+# every training config (claim.yaml is the claim protocol's, read by papers_eval)
+CONFIGS = sorted(p for p in (PROJECT / "configs").glob("*.yaml") if p.name != "claim.yaml")
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
@@ -25,7 +27,7 @@ def test_train_fast_dev_run_through_the_cli(tiny_args):
 
 
 def test_same_seed_same_metrics_and_unlearning_raises_the_forget_loss(tiny_args):
-    tiny_args = [*tiny_args, "--model.scorer_warmup_steps=0", "--model.lr=0.01"]
+    tiny_args = [*tiny_args, "--model.burnin_steps=0", "--model.lr=0.01"]
     first = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
     again = train([*tiny_args, "--seed_everything=3"]).trainer.callback_metrics
     for name in ("val/forget_nll", "val/model_utility", "train/forget_nll"):
@@ -80,18 +82,25 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected
     assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
-def test_reproduce_quick_writes_the_results_record(tmp_path):
-    metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
-    record = load_results(tmp_path / "claim.json")
-    assert record["project"] == "atwu" and record["metrics"].keys() == metrics.keys()
-    assert {
-        "atwu",
-        "npo",
-        "wga",
-        "annotator_oracle",
-        "full model",
-        "retain model",
-    } <= metrics.keys()
-    assert metrics["annotator_oracle"]["span_auroc"] == 1.0
-    assert (tmp_path / "claim.md").is_file() and (tmp_path / "frontier.png").is_file()
-    assert (tmp_path / "span_alignment.png").is_file()
+def test_reproduce_quick_writes_a_judged_schema_2_record(tmp_path, monkeypatch):
+    """The --quick pipeline (one seed, tiny budgets) writes claim.json / claim.md with every
+    subject of configs/claim.yaml, the verdict papers_eval computed, and the evidence."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the model folders go
+    outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
+    record = load_claim(tmp_path / "claim.json")
+    assert record["project"] == "atwu" and record["quick"]
+    assert record["verdict"] == outcome["verdict"]
+    assert {"atwu", "npo", "atwu_uniform", "atwu_random_features", "annotator_oracle"} <= set(
+        record["metrics"]
+    )
+    assert record["metrics"]["annotator_oracle"]["span_auroc"]["mean"] == 1.0
+    evidence = record["evidence"]
+    assert evidence["atwu_wall_time_overhead_vs_uniform"] > 1.0  # the JVP and retain gradient
+    assert evidence["scorer_weight_norm_after_unlearning"]["atwu seed 0"] > 0  # it moved
+    assert set(evidence["conflict_scores_by_token_class"]["full model, seed 0"]) == {
+        "template", "value", "name", "eos"
+    }  # fmt: skip
+    assert (tmp_path / "claim.md").is_file()
+    assert not list(scratch.iterdir())  # reproduce removed its model folders

@@ -61,7 +61,8 @@ def test_tofu_datamodule_reads_real_files_with_a_local_tokenizer(tmp_path):
         root=str(tmp_path), forget_split="forget01", tokenizer_path=str(tokenizer_dir)
     )
     data.setup()
-    assert len(data.forget_set) == 2 and len(data.finetune_set) == 2 + 6 + 3
+    # fine-tuning sees every fact author_repeats (3) times; real TOFU has no generic corpus
+    assert len(data.forget_set) == 2 and len(data.finetune_set) == 3 * (2 + 6 + 3)
     batch = next(iter(data.train_dataloader()))[0]
     assert set(batch) == {"finetune", "forget", "retain"}
 

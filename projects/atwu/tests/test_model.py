@@ -151,7 +151,7 @@ def test_direction_through_the_module_high_weight_where_forgetting_does_not_conf
     weights = module.token_weights(forget, retain)
     answer = forget["labels"][:, 1:] != -100
     value = forget["relevance"][:, 1:].bool() & answer
-    assert weights[value].mean() > weights[answer & ~value].mean() + 0.2
+    assert weights[value].mean() > weights[answer & ~value].mean() + 0.05
 
 
 def test_model_step_uses_the_scorer_after_its_step(data):
