@@ -6,7 +6,7 @@ import pytest
 
 from atwu.claim import run_claim_experiment
 from atwu.cli import train
-from papers_cli.testing import run_ddp_train, user_error_message
+from papers_cli.testing import check_resume, run_ddp_train, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -104,3 +104,30 @@ def test_reproduce_quick_writes_a_judged_schema_2_record(tmp_path, monkeypatch):
     }  # fmt: skip
     assert (tmp_path / "claim.md").is_file()
     assert not list(scratch.iterdir())  # reproduce removed its model folders
+
+
+def test_resume_continues_exactly(tiny_args, tmp_path):
+    """6 steps straight vs 3, checkpoint, resume, 3 more (3 batches an epoch): the resumed run
+    crosses from fine-tuning into ATWU unlearning (scorer optimizer, NPO reference) and must
+    match parameters, all three optimizers' states and the logged metrics."""
+    args = [*tiny_args, "--trainer.limit_train_batches=3", "--model.burnin_steps=1"]
+    # train/pretrain_nll is logged only in steps 0-1, before the checkpoint: the resumed run's
+    # callback metrics cannot hold it
+    ignore = ("peak_memory", "per_sec", "time", "train/pretrain_nll")
+    check_resume(train, args, steps=6, root_dir=tmp_path / "resume", ignore_metrics=ignore)
+
+
+def test_train_test_from_a_checkpoint_gives_the_fit_metrics(tiny_args, tmp_path):
+    """`train test --ckpt_path` loads the unlearned model and computes the TOFU chain on the test
+    split (the forget set) with the values validation had at the end of fit."""
+    root = tmp_path / "run"
+    fit_args = [a for a in tiny_args if not a.startswith("--trainer.enable_checkpointing")]
+    fitted = train([*fit_args, "--trainer.enable_checkpointing=true",
+                    f"--trainer.default_root_dir={root}"])  # fmt: skip
+    checkpoints = sorted(root.rglob("*.ckpt"))
+    assert checkpoints, "fit wrote no checkpoint"
+    tested = train(["test", *fit_args, f"--ckpt_path={checkpoints[-1]}",
+                    f"--trainer.default_root_dir={tmp_path / 'test'}"])  # fmt: skip
+    val, test = fitted.trainer.callback_metrics, tested.trainer.callback_metrics
+    for name in ("forget_nll", "forget_rouge", "model_utility", "span_auroc"):
+        assert test[f"test/{name}"].item() == pytest.approx(val[f"val/{name}"].item(), rel=1e-5)

@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from papers_cli import ConfigError
-from papers_data import require_files, resolve_data_root
+from papers_data import EpochShuffle, drawn_by_trainer, require_files, resolve_data_root
 
 TOFU_HOW_TO_GET = (
     "Download the TOFU JSON files from the Hugging Face dataset locuslab/TOFU (e.g. "
@@ -650,12 +650,17 @@ class UnlearningDataModule(LightningDataModule):
         return len(self.tokenizer)
 
     def loader(self, dataset, batch_size: int, shuffle: bool, seed_offset: int = 0) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.hparams.seed + seed_offset)
+        """Batches of ``dataset``; shuffled ones read a seeded stream of shuffles from the
+        position the trainer's optimizer steps give, so a resumed run sees the same batches
+        (every training step draws one batch from each of the combined loaders)."""
+        sampler = None
+        if shuffle:
+            stream_seed = self.hparams.seed * 16 + seed_offset
+            sampler = EpochShuffle(len(dataset), stream_seed, drawn_by_trainer(self, batch_size))
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
-            generator=generator,
+            sampler=sampler,
             num_workers=self.hparams.num_workers,
             collate_fn=functools.partial(collate, pad_id=self.tokenizer.pad_token_id),
         )
@@ -672,4 +677,9 @@ class UnlearningDataModule(LightningDataModule):
         return CombinedLoader(loaders, mode="max_size_cycle")
 
     def val_dataloader(self):
+        return self.loader(self.forget_set, 64, False)
+
+    def test_dataloader(self):
+        """TOFU evaluates an unlearned model on the forget set (and the utility sets, which the
+        module reads from ``data``): the same batches as validation."""
         return self.loader(self.forget_set, 64, False)

@@ -422,7 +422,18 @@ class UnlearningModule(LightningModule):
         logp, mask = answer_logprobs(self(batch).logits, batch["labels"])
         self.log("val/forget_nll", -(logp * mask).sum() / mask.sum(), prog_bar=True)
 
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        logp, mask = answer_logprobs(self(batch).logits, batch["labels"])
+        self.log("test/forget_nll", -(logp * mask).sum() / mask.sum())
+
     def on_validation_epoch_end(self) -> None:
+        self.log_unlearning_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_unlearning_metrics("test")
+
+    def log_unlearning_metrics(self, split: str) -> None:
+        """The TOFU chain on the forget and utility sets, and the token weights' span AUROC."""
         datamodule = self.trainer.datamodule
         data, n = datamodule.data, self.hparams.eval_items
         utility_sets = {"retain": (data.retain[:n], False), "world": (data.world_facts[:n], True)}
@@ -447,7 +458,7 @@ class UnlearningModule(LightningModule):
         )
         for name in ("forget_rouge", "forget_truth", "model_utility", "forget_quality"):
             if name in metrics:
-                self.log(f"val/{name}", metrics[name])
+                self.log(f"{split}/{name}", metrics[name])
         forget = next(iter(datamodule.loader(datamodule.forget_set, 64, False)))
         retain = next(iter(datamodule.loader(datamodule.retain_set, 64, False)))
         forget, retain = (
@@ -460,7 +471,7 @@ class UnlearningModule(LightningModule):
             alignment = span_alignment(
                 weights[answer].cpu().numpy(), relevant[answer].cpu().numpy()
             )
-            self.log("val/span_auroc", alignment["auroc"])
+            self.log(f"{split}/span_auroc", alignment["auroc"])
 
 
 def _model_inputs(batch: dict) -> dict[str, torch.Tensor]:
