@@ -131,3 +131,16 @@ def test_train_test_from_a_checkpoint_gives_the_fit_metrics(tiny_args, tmp_path)
     val, test = fitted.trainer.callback_metrics, tested.trainer.callback_metrics
     for name in ("forget_nll", "forget_rouge", "model_utility", "span_auroc"):
         assert test[f"test/{name}"].item() == pytest.approx(val[f"val/{name}"].item(), rel=1e-5)
+
+
+def test_every_method_takes_the_same_number_of_model_updates(tiny_args):
+    """max_steps bounds the model updates of every method: ATWU's scorer step must not count as
+    a training step (its optimizer is stepped unwrapped), so ATWU's model optimizer takes as many
+    unlearning steps as uniform weights' within the same max_steps."""
+    steps = {}
+    for method in ("atwu", "atwu_uniform"):
+        cli = train([*tiny_args, f"--model.method={method}", "--model.burnin_steps=0"])
+        unlearn_optimizer = cli.trainer.optimizers[1]
+        steps[method] = max(int(s["step"]) for s in unlearn_optimizer.state.values())
+        assert cli.trainer.global_step == 6
+    assert steps["atwu"] == steps["atwu_uniform"] == 2  # 6 - 2 pretraining - 2 fine-tuning
