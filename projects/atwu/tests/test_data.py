@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from atwu.data import (
+    PROMPT,
     TOKEN_CLASSES,
     DataFormatError,
     UnlearningDataModule,
@@ -12,6 +13,8 @@ from atwu.data import (
     generate_tofu_mini,
     load_rwku,
     load_tofu,
+    prompt_ids,
+    set_prompt_format,
     train_tokenizer,
 )
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
@@ -186,3 +189,26 @@ def test_datamodule_batches_are_deterministic():
     one, two = first_batch(), first_batch()
     for part in ("pretrain", "finetune", "forget", "retain"):
         torch.testing.assert_close(one[part]["input_ids"], two[part]["input_ids"])
+
+
+def test_prompt_formats_build_the_same_prompt_everywhere():
+    """plain (TOFU-mini), plain_bos (BOS then the plain prompt) and chat (the tokenizer's own
+    template); a tokenizer without a BOS token or a chat template is a clear error."""
+    data = small_world()
+    tokenizer = train_tokenizer(corpus_texts(data), 400)
+    question = data.forget[0].question
+    plain = prompt_ids(tokenizer, question)
+    assert tokenizer.decode(plain) == PROMPT.format(question=question)
+    with pytest.raises(DataFormatError, match="chat template"):
+        set_prompt_format(tokenizer, "chat")
+    with pytest.raises(DataFormatError, match="BOS"):
+        set_prompt_format(tokenizer, "plain_bos")
+    tokenizer.bos_token = "<eos>"  # any special token stands in for a checkpoint's BOS
+    set_prompt_format(tokenizer, "plain_bos")
+    assert prompt_ids(tokenizer, question) == [tokenizer.bos_token_id, *plain]
+    tokenizer.chat_template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %} Answer:"
+    set_prompt_format(tokenizer, "chat")
+    chat = prompt_ids(tokenizer, question)
+    assert tokenizer.decode(chat) == f"[{question}] Answer:"
+    encoded = encode_qa(tokenizer, question, data.forget[0].answer)
+    assert encoded["input_ids"][: len(chat)] == chat and encoded["labels"][len(chat)] != -100
