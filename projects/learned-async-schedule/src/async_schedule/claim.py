@@ -12,9 +12,9 @@ global class-level code. Every subject runs on every seed through the real CLI:
 - ``sfd`` (baseline): SFD's shifted path, D tuned on validation, with the same correction;
 - ``zero_probe`` (negative control): LAS with a zero-length probe, i.e. its start schedule
   (numerically the identity) frozen: no learning of f, must fail;
-- ``hand_lag`` (positive control): a pre-registered hand-set lag (tau^p with the exponent in
-  ``settings.hand_lag_exponent``), which must beat synchronous for the miniature to be able to
-  reward asynchrony at all.
+- ``hand_lag`` (positive control): a pre-registered hand-set lag (SFD's path with the offset
+  ``settings.hand_lag_sfd_delta``, chosen in pilot runs on the validation digits), which must
+  beat synchronous for the miniature to be able to reward asynchrony at all.
 
 Quality = FD-digit (Frechet distance in a separately trained digit classifier's features) of
 unconditional samples against the test digits; also precision / recall and the class coverage
@@ -61,8 +61,10 @@ def schedule_flags(subject: str, params: dict[str, Any], settings: dict[str, Any
         return ["--model.schedule=learned", "--model.probe_steps=0"]
     if subject == "synchronous":
         return ["--model.schedule=synchronous"]
-    if subject in ("power", "hand_lag"):
-        p = float(params["power_exponent"] if subject == "power" else settings["hand_lag_exponent"])
+    if subject == "hand_lag":
+        return schedule_flags("sfd", {"sfd_delta": settings["hand_lag_sfd_delta"]}, settings)
+    if subject == "power":
+        p = float(params["power_exponent"])
         if p == 1.0:  # tau^1 is the synchronous schedule: the same run
             return ["--model.schedule=synchronous"]
         return ["--model.schedule=power", f"--model.power_exponent={p}", "--model.corrected=true"]
@@ -269,8 +271,9 @@ def write_figures(out: Path, runner: Runner, extras: dict, best: dict, settings:
             slopes = torch.tensor(result["slopes"], dtype=torch.float64)
             f = ConvexSchedule.from_normalised_slopes(slopes)
             ax.plot(tau, f(tau), lw=2, label=f"learned f*, seed {seed}")
-    hand = settings["hand_lag_exponent"]
-    ax.plot(tau, PowerSchedule(hand)(tau), "--", lw=1, label=f"hand lag tau^{hand:g}")
+    hand = settings["hand_lag_sfd_delta"]
+    lead, lag = SFDShiftedPath(hand).times(tau)
+    ax.plot(lead, lag, ":", lw=1.5, label=f"hand lag: SFD D={hand}")
     p = best.get("power", {}).get("power_exponent")
     if p is not None:
         ax.plot(tau, PowerSchedule(p)(tau), "-.", lw=1, label=f"tuned power tau^{p:g}")

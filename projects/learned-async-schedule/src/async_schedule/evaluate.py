@@ -164,7 +164,11 @@ class TrainingReport(Callback):
         evaluator = data.evaluator()
         images, labels = data.reference("val")
         module.eval()
-        _, texture = module.generate(self.num_samples, generator=torch.Generator().manual_seed(0))
+        _, texture = module.generate(
+            self.num_samples,
+            generator=torch.Generator().manual_seed(0),
+            labels=balanced_labels(self.num_samples, module.hparams.num_classes, module.device),
+        )
         texture = texture.cpu()
         quality = digit_quality(evaluator, texture, images)
         quality["class_tv"] = class_coverage_tv(evaluator, texture, labels)
@@ -187,6 +191,11 @@ class TrainingReport(Callback):
             f"samples), class TV {quality['class_tv']:.3f}, max lag {report['max_lag']:.3f} "
             f"-> {self.folder}"
         )
+
+
+def balanced_labels(n: int, num_classes: int, device) -> torch.Tensor | None:
+    """Every class equally often (conditional models); None for unconditional ones."""
+    return torch.arange(n, device=device) % num_classes if num_classes else None
 
 
 def save_images(path: Path, images: torch.Tensor, columns: int = 8) -> None:

@@ -89,7 +89,7 @@ class AsyncDiffusionModule(LightningModule):
         lr: PositiveFloat = 1e-3,
         weight_decay: NonNegativeFloat = 0.0,
         ema_decay: ClosedUnitInterval = 0.995,
-        sample_steps: PositiveInt = 8,
+        sample_steps: PositiveInt = 16,
         test_samples: PositiveInt = 1000,
         ode_method: Literal["euler", "heun"] = "euler",
         guidance_scale: NonNegativeFloat = 1.0,
@@ -207,9 +207,11 @@ class AsyncDiffusionModule(LightningModule):
             speed = self.schedule.kinetic_excess()
             penalty = self.hparams.speed_weight * speed
             loss = loss + penalty
-            self.log("probe/speed", speed)
-            if not self.hparams.probe_diagnostics:
-                return loss
+            self.log("schedule/speed", speed)
+        elif isinstance(self.schedule, ConvexSchedule):  # the same key before and after freezing
+            with torch.no_grad():
+                self.log("schedule/speed", self.schedule.kinetic_excess())
+        if self.probing and self.hparams.probe_diagnostics:  # a backward pass per probe step
             lag_term = losses["loss"] - self.hparams.lead_loss_weight * losses["loss_lead"]
             self._partial_gradients = tuple(  # diagnostic; the optimiser sees the total only
                 torch.autograd.grad(term, self.schedule.raw_increments, retain_graph=True)[0]
@@ -234,12 +236,15 @@ class AsyncDiffusionModule(LightningModule):
         data = getattr(self.trainer, "datamodule", None)
         if getattr(data, "miniature", None) is None:
             return
-        from async_schedule.evaluate import class_coverage_tv, digit_quality
+        from async_schedule.evaluate import balanced_labels, class_coverage_tv, digit_quality
 
         evaluator = data.evaluator()
         images, labels = data.reference("test")
+        n = self.hparams.test_samples
         _, texture = self.generate(
-            self.hparams.test_samples, generator=torch.Generator().manual_seed(0)
+            n,
+            generator=torch.Generator().manual_seed(0),
+            labels=balanced_labels(n, self.hparams.num_classes, self.device),
         )
         quality = digit_quality(evaluator, texture.cpu(), images)
         quality["class_tv"] = class_coverage_tv(evaluator, texture.cpu(), labels)
