@@ -7,6 +7,7 @@ import torch
 from async_schedule.claim import run_claim_experiment
 from async_schedule.cli import train
 from async_schedule.core import ConvexSchedule
+from async_schedule.model import AsyncDiffusionModule
 from papers_cli.testing import check_resume, run_ddp_train, user_error_message
 from papers_eval import load_claim
 
@@ -87,6 +88,40 @@ def test_two_process_ddp_run_freezes_the_schedule_on_every_rank(tiny_args, tmp_p
     assert halves[0] != pytest.approx(start, abs=1e-7)  # the probe moved f before freezing
 
 
+def test_resuming_after_the_probe_keeps_f_star_and_the_trained_network(tiny_args, tmp_path):
+    """The old bug: `probing` came from the config, so a run resumed past the probe refroze f
+    (a new window mean), reset the network and EMA to their initial weights and overwrote the
+    probe report. Now the probe state is in the checkpoint and none of that happens."""
+    args = [
+        *[a for a in tiny_args if "enable_checkpointing" not in a],
+        "--trainer.limit_val_batches=0",
+        "--model.probe_steps=3",
+        "--model.schedule_init=-1",
+        "--trainer.enable_checkpointing=true",
+    ]
+    first = train([*args, "--trainer.max_steps=8", f"--trainer.default_root_dir={tmp_path / 'a'}"])
+    path = first.trainer.checkpoint_callback.last_model_path or (
+        first.trainer.checkpoint_callback.best_model_path
+    )
+    state = torch.load(path, weights_only=False)["las_probe"]
+    assert state["probing"] is False and state["initial_network"] is None
+    assert len(state["curves"]) == 3 and state["report"] == first.model.probe_report
+    trained = {k: v.clone() for k, v in first.model.network.state_dict().items()}
+    initial = AsyncDiffusionModule(**{**first.model.hparams}).network.state_dict()
+    resumed = train(
+        [*args, "--trainer.max_steps=9", f"--trainer.default_root_dir={tmp_path / 'b'}",
+         f"--ckpt_path={path}"]
+    )  # fmt: skip
+    model = resumed.model
+    assert not model.probing and len(model.probe_curves) == 3  # no new probe steps
+    assert model.probe_report == first.model.probe_report  # not overwritten by a refreeze
+    assert model.schedule_slopes() == first.model.schedule_slopes()  # f* untouched
+    # one step after resuming: next to the trained weights, far from the initial ones
+    step = max((model.network.state_dict()[k] - v).abs().max().item() for k, v in trained.items())
+    reset = max((trained[k] - v).abs().max().item() for k, v in initial.items())
+    assert step < 0.1 * reset
+
+
 @pytest.mark.parametrize("probe_steps", [3, 12], ids=["resume_after_probe", "resume_in_probe"])
 def test_resume_continues_exactly_across_the_probe(tiny_args, tmp_path, probe_steps):
     """16 steps straight vs 8 + resume + 8 (8 batches per epoch). probe_steps=3: the checkpoint
@@ -165,3 +200,16 @@ def test_reproduce_quick_writes_the_claim_record(tmp_path):
     assert max(record["evidence"]["zero_probe_max_lag"]) < 0.01  # the start: ~ the identity
     for name in ("claim.md", "learned_schedule.png", "samples.png"):
         assert (tmp_path / name).is_file()
+
+
+def test_ablation_command_runs_its_variants_quickly(tmp_path):
+    """The ablation command (quick): last iterate vs window mean, f learned throughout."""
+    from async_schedule.claim import run_ablations
+
+    record = run_ablations(
+        ["--quick", "--out", str(tmp_path), "--only", "last_iterate", "learned_throughout"]
+    )
+    assert set(record["rows"]) == {"last_iterate", "learned_throughout"}
+    assert "--model.average=last" in record["rows"]["last_iterate"]["flags"]
+    assert record["rows"]["learned_throughout"]["probe"]["0"] is None  # never froze
+    assert (tmp_path / "ablations.md").is_file()
