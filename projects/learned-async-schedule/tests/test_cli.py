@@ -107,7 +107,8 @@ def test_resuming_after_the_probe_keeps_f_star_and_the_trained_network(tiny_args
     assert state["probing"] is False and state["initial_network"] is None
     assert len(state["curves"]) == 3 and state["report"] == first.model.probe_report
     trained = {k: v.clone() for k, v in first.model.network.state_dict().items()}
-    initial = AsyncDiffusionModule(**{**first.model.hparams}).network.state_dict()
+    hparams = {k: v for k, v in first.model.hparams.items() if not k.startswith("_")}
+    initial = AsyncDiffusionModule(**hparams).network.state_dict()
     resumed = train(
         [*args, "--trainer.max_steps=9", f"--trainer.default_root_dir={tmp_path / 'b'}",
          f"--ckpt_path={path}"]

@@ -343,9 +343,14 @@ class MultiRepDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # EpochShuffle: the order depends on (seed, epoch) only, so a resumed run sees the
-        # batches the uninterrupted run would have seen.
+        # batches the uninterrupted run would have seen. The epoch is the fit loop's count of
+        # processed epochs (what Lightning gives samplers' set_epoch): a step-bounded run resumed
+        # from an epoch-end checkpoint keeps the iterator made before `current_epoch` catches up,
+        # which would replay the previous epoch's order.
         sampler = EpochShuffle(
-            len(self.train_set), self.hparams.data_seed, lambda: self.trainer.current_epoch
+            len(self.train_set),
+            self.hparams.data_seed,
+            lambda: self.trainer.fit_loop.epoch_progress.current.processed,
         )
         return DataLoader(
             self.train_set,
