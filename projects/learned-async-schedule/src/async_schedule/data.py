@@ -40,6 +40,7 @@ from papers_data import (
     DatasetNotFoundError,
     EpochShuffle,
     cached_generate,
+    drawn_by_trainer,
     load_mnist_5k,
     seeded_split,
 )
@@ -342,16 +343,11 @@ class MultiRepDataModule(LightningDataModule):
         return self.reference("test")[0]
 
     def train_dataloader(self) -> DataLoader:
-        # EpochShuffle: the order depends on (seed, epoch) only, so a resumed run sees the
-        # batches the uninterrupted run would have seen. The epoch is the fit loop's count of
-        # processed epochs (what Lightning gives samplers' set_epoch): a step-bounded run resumed
-        # from an epoch-end checkpoint keeps the iterator made before `current_epoch` catches up,
-        # which would replay the previous epoch's order.
-        sampler = EpochShuffle(
-            len(self.train_set),
-            self.hparams.data_seed,
-            lambda: self.trainer.fit_loop.epoch_progress.current.processed,
-        )
+        # EpochShuffle: the order depends only on (seed, optimizer steps taken), so a resumed run
+        # reads the batches the uninterrupted run read (shuffle=True draws from the global
+        # generator, and an order keyed on the epoch number replays an epoch after a resume).
+        drawn = drawn_by_trainer(self, self.hparams.batch_size)
+        sampler = EpochShuffle(len(self.train_set), self.hparams.data_seed, drawn)
         return DataLoader(
             self.train_set,
             batch_size=self.hparams.batch_size,
