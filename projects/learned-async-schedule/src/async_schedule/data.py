@@ -346,8 +346,9 @@ class MultiRepDataModule(LightningDataModule):
         # EpochShuffle: the order depends only on (seed, optimizer steps taken), so a resumed run
         # reads the batches the uninterrupted run read (shuffle=True draws from the global
         # generator, and an order keyed on the epoch number replays an epoch after a resume).
-        drawn = drawn_by_trainer(self, self.hparams.batch_size)
-        sampler = EpochShuffle(len(self.train_set), self.hparams.data_seed, drawn)
+        n = len(self.train_set)
+        drawn = drawn_by_trainer(self, n, self.hparams.batch_size, drop_last=True)
+        sampler = EpochShuffle(n, self.hparams.data_seed, drawn)
         return DataLoader(
             self.train_set,
             batch_size=self.hparams.batch_size,
