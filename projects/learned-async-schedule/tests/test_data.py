@@ -87,8 +87,8 @@ def test_paper_scale_path_encodes_both_representations(tmp_path):
         batch_size=4,
     )
     data.setup()
-    progress = SimpleNamespace(current=SimpleNamespace(processed=0))
-    data.trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_progress=progress))
+    # what the train loader reads of a trainer: its optimizer steps and how many items each draws
+    data.trainer = SimpleNamespace(global_step=0, accumulate_grad_batches=1, world_size=1)
     batch = data.on_after_batch_transfer(next(iter(data.train_dataloader())), 0)
     assert batch["lag"].shape == (4, 4, 8, 8)  # one 2x downsampling stage
     assert batch["lead"].shape == (4, 3, 16, 16)  # 224 / 14: the paper's 16x16 grid, 3 channels
