@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from papers_cli import ConfigError
 from papers_data import (
+    EpochShuffle,
     load_mnist_5k,
     read_idx,
     require_files,
@@ -190,16 +191,16 @@ class SortingDataset(Dataset):
 
 
 def validate_costs(costs: np.ndarray, n: int | None = None) -> np.ndarray:
-    """Check a stack of cost matrices [M, n, n]; raise ValueError saying what to fix."""
+    """Check a stack of cost matrices [M, n, n]; raise ConfigError saying what to fix."""
     costs = np.asarray(costs)
     if costs.ndim != 3 or costs.shape[1] != costs.shape[2]:
-        raise ValueError(
+        raise ConfigError(
             f"cost matrices must be square with shape [M, n, n], got {costs.shape}; "
             "SLAP assigns n items to n items"
         )
     if not np.isfinite(costs).all():
         bad = int((~np.isfinite(costs)).any(axis=(1, 2)).sum())
-        raise ValueError(
+        raise ConfigError(
             f"{bad} cost matrices contain NaN or inf; remove or repair those instances"
         )
     if n is not None and costs.shape[1] != n:
@@ -252,15 +253,31 @@ def save_slap(path: str | Path, data: dict[str, np.ndarray]) -> None:
 
 
 def load_slap(path: str | Path, n: int | None = None) -> dict[str, np.ndarray]:
-    """Read and validate an .npz written by ``save_slap``."""
-    with np.load(path) as f:
-        missing = {"C", "optima"} - set(f.files)
-        if missing:
-            raise ValueError(f"{path} lacks arrays {sorted(missing)}; expected C and optima")
-        data = {"C": f["C"], "optima": f["optima"]}
+    """Read and validate an .npz written by ``save_slap``; a bad file is a ConfigError (exit 2
+    with one paragraph) that says what the file should hold."""
+    expected = "an .npz with C: float32[M, n, n] and optima: int[M, K, n] (see save_slap)"
+    if not Path(path).is_file():
+        raise ConfigError(f"data.slap_file={path} does not exist; expected {expected}")
+    try:
+        with np.load(path) as f:
+            missing = {"C", "optima"} - set(f.files)
+            if missing:
+                raise ConfigError(f"{path} lacks arrays {sorted(missing)}; expected {expected}")
+            data = {"C": f["C"], "optima": f["optima"]}
+    except (OSError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{path} is not a readable .npz ({error}); expected {expected}") from None
     validate_costs(data["C"], n)
-    if data["optima"].shape[::2] != (data["C"].shape[0], data["C"].shape[1]):
-        raise ValueError(f"optima shape {data['optima'].shape} does not match C {data['C'].shape}")
+    optima = data["optima"]
+    if optima.ndim != 3 or optima.shape[::2] != (data["C"].shape[0], data["C"].shape[1]):
+        raise ConfigError(
+            f"{path}: optima shape {optima.shape} does not match C {data['C'].shape}; expected "
+            "optima[M, K, n] with one row of K optimal assignments per cost matrix"
+        )
+    n_items = data["C"].shape[1]
+    if optima.min() < 0 or optima.max() >= n_items:
+        raise ConfigError(f"{path}: optima hold indices outside [0, {n_items - 1}]")
     return data
 
 
@@ -281,6 +298,9 @@ class SlapDataset(Dataset):
 
 
 # ----------------------------------------------------------------------------- datamodule
+
+
+_SPLITS_CACHE: dict[tuple, dict[str, Dataset]] = {}
 
 
 class PermutationDataModule(L.LightningDataModule):
@@ -321,6 +341,16 @@ class PermutationDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
+        # The claim experiment trains many models on the same data: build each split once per
+        # process (generating 15,000 sequences takes seconds).
+        key = tuple(sorted((k, str(v)) for k, v in self.hparams.items() if k != "num_workers"))
+        if key not in _SPLITS_CACHE:
+            self._build_splits()
+            _SPLITS_CACHE.clear()  # keep only the latest configuration
+            _SPLITS_CACHE[key] = self.splits
+        self.splits = dict(_SPLITS_CACHE[key])
+
+    def _build_splits(self) -> None:
         hp = self.hparams
         if hp.task == "sorting":
             train_img, train_lab, test_img, test_lab = load_image_pools(
@@ -350,14 +380,21 @@ class PermutationDataModule(L.LightningDataModule):
             self.splits[split] = SlapDataset({k: v[idx] for k, v in data.items()})
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.hparams.seed)
+        # EpochShuffle: the order depends only on (seed, epoch), so a resumed run sees the
+        # batches the uninterrupted run saw (shuffle=True would draw from the global generator).
+        sampler = None
+        if shuffle:
+            sampler = EpochShuffle(len(self.splits[split]), self.hparams.seed, self._epoch)
         return DataLoader(
             self.splits[split],
             batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             num_workers=self.hparams.num_workers,
-            generator=generator if shuffle else None,
         )
+
+    def _epoch(self) -> int:
+        trainer = getattr(self, "trainer", None)
+        return trainer.current_epoch if trainer is not None else 0
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -1,9 +1,9 @@
 """Permutation-equivariant networks shared by PermFlow and the Sinkhorn baselines.
 
-* ``SortingNet`` (task A): a per-item CNN encodes each image; a transformer encoder WITHOUT
-  positional encoding mixes the items (so permuting the items permutes the outputs). With
-  ``flow=True`` token i also carries row i of x_t and a time embedding and the head emits row i
-  of the velocity; with ``flow=False`` the head emits row i of the Sinkhorn logits.
+* ``SortingNet`` (task A): a per-item CNN encodes each image; cells (item i, rank r) carry the
+  item's feature, a rank embedding and (flow) x_t[i, r] and a time embedding; axial attention
+  along ranks and along items (no positional encoding over items, so permuting the items
+  permutes the outputs). The head emits v[i, r] (flow) or the Sinkhorn logit[i, r].
 * ``AxialNet`` (task B, assignment): cells (i, j) carry [C_ij, x_t_ij, t-emb]; blocks alternate
   attention along rows and along columns, so the map is equivariant to independent permutations
   of rows and of columns. The head emits v_ij (or logit_ij).
@@ -40,7 +40,15 @@ class DigitEncoder(nn.Module):
 
 
 class SortingNet(nn.Module):
-    """Task A: per-item CNN + transformer over items (no positional encoding)."""
+    """Task A: per-item CNN, then axial attention over the item x rank grid.
+
+    Cell (i, r) holds [feature of item i, x_t[i, r], time] (flow) or [feature of item i] (the
+    Sinkhorn logits head), plus a learned embedding of rank r: ranks are an ordered axis, items a
+    set. Blocks alternate attention along the ranks of one item and along the items of one rank,
+    so deciding "item i goes to rank r" can compare item i with every other item's claim on rank
+    r, which a per-item token that sees only its own row of x_t cannot. The map is equivariant
+    over items (no positional encoding over them).
+    """
 
     def __init__(
         self,
@@ -56,25 +64,26 @@ class SortingNet(nn.Module):
         super().__init__()
         self.n, self.flow, self.time_dim = n, flow, time_dim
         self.encoder = DigitEncoder(image_dim, channels)
-        token_dim = image_dim + (n + time_dim if flow else 0)
-        self.embed = nn.Linear(token_dim, width)
-        layer = nn.TransformerEncoderLayer(
-            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
-        )
-        self.trunk = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
-        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, n))
+        self.item = nn.Linear(image_dim, width)
+        self.rank = nn.Parameter(torch.randn(n, width) * 0.02)  # [n ranks, width]
+        self.cell = nn.Linear(1 + time_dim, width) if flow else None
+        self.blocks = nn.Sequential(*[AxialBlock(width, heads) for _ in range(depth)])
+        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 1))
 
     def encode_items(self, images: torch.Tensor) -> torch.Tensor:
-        """images [B, n, 1, s, s] -> features [B, n, image_dim]; reused across ODE steps."""
+        """images [B, n, 1, s, w] -> features [B, n, image_dim]; reused across ODE steps."""
         b, n = images.shape[:2]
         return self.encoder(images.flatten(0, 1)).view(b, n, -1)
 
     def forward(self, features, x=None, t=None) -> torch.Tensor:
         """features [B, n, image_dim], x [B, n, n], t [B] -> velocity or logits [B, n, n]."""
+        b, n, _ = features.shape
+        h = self.item(features).unsqueeze(2) + self.rank[:n].view(1, 1, n, -1)  # [B, n, n, W]
         if self.flow:
-            temb = time_embedding(t, self.time_dim).unsqueeze(1).expand(-1, self.n, -1)
-            features = torch.cat([features, x.to(features.dtype), temb.to(features.dtype)], -1)
-        return self.head(self.trunk(self.embed(features)))
+            temb = time_embedding(t, self.time_dim).to(features.dtype)  # [B, time_dim]
+            cells = [x.to(features.dtype).unsqueeze(-1), temb.view(b, 1, 1, -1).expand(b, n, n, -1)]
+            h = h + self.cell(torch.cat(cells, -1))
+        return self.head(self.blocks(h)).squeeze(-1)
 
 
 class AxialBlock(nn.Module):
