@@ -203,17 +203,6 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         return metrics
 
     results = run_seeds(spec, run_one)
-    for subject in SUBJECTS:  # the tuning objective of the chosen configuration, as a metric
-        results[subject]["val_score"] = [
-            next(
-                (
-                    t["score"]
-                    for t in tuning.trials.get(subject, [])
-                    if t["params"] == best[subject]
-                ),
-                float("nan"),
-            )
-        ] * len(spec.seeds)
     judgement = judge(spec, results)
     evidence = build_evidence(runner, results, extras, spec.seeds)
     figures = plot_all(out, frontier, results, curves, extras, settings)

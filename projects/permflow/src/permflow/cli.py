@@ -13,6 +13,7 @@ class PermFlowCLI(PapersCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.n", "model.n")
         parser.link_arguments("data.task", "model.task")
+        parser.link_arguments("data.digits", "model.digits")
 
 
 def train(args: list[str] | None = None) -> PapersCLI:

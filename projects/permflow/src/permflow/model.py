@@ -38,9 +38,11 @@ class PermutationModel(L.LightningModule):
         n: PermutationSize = 5,
         width: PositiveInt = 32,
         depth: PositiveInt = 2,
+        grid_depth: PositiveInt = 1,
         heads: PositiveInt = 4,
         image_dim: PositiveInt = 64,
         channels: tuple[PositiveInt, ...] = (16, 32),
+        digits: PositiveInt = 1,
         sigma: PositiveFloat = 0.45,
         coupling: Literal["nearest", "independent"] = "nearest",
         project: bool = True,
@@ -68,7 +70,17 @@ class PermutationModel(L.LightningModule):
         self.save_hyperparameters()
         flow = method == "permflow"
         if task == "sorting":
-            self.net = SortingNet(n, flow, width, depth, heads, image_dim, channels=channels)
+            self.net = SortingNet(
+                n,
+                flow,
+                width,
+                depth,
+                heads,
+                image_dim,
+                channels=channels,
+                digits=digits,
+                grid_depth=grid_depth,
+            )
         else:
             self.net = AxialNet(flow, width, depth, heads)
         self._eval_outputs: list[dict[str, np.ndarray]] = []
