@@ -150,7 +150,10 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     spec = load_claim_spec(
         CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
     )
-    torch.set_num_threads(2)
+    # One intra-op thread: on the shared 2-core machine a 2-thread pool stalls whenever another
+    # process holds a core (training steps measured 3-7x slower than with one thread); this is
+    # where a contended run's time goes.
+    torch.set_num_threads(1)
     start = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
