@@ -20,6 +20,7 @@ Euler-step sweep.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
@@ -297,7 +298,8 @@ def relative_change(model: PermutationModel, seed: int) -> float:
     """||theta - theta_0|| / ||theta_0||, theta_0 rebuilt from the run's seed (the CLI seeds
     the global generator before it builds the model)."""
     torch.manual_seed(seed)
-    initial = PermutationModel(**model.hparams)
+    params = inspect.signature(PermutationModel.__init__).parameters
+    initial = PermutationModel(**{k: v for k, v in model.hparams.items() if k in params})
     a = torch.cat([p.detach().flatten() for p in initial.parameters()])
     b = torch.cat([p.detach().flatten() for p in model.parameters()])
     return ((b - a).norm() / a.norm()).item()
