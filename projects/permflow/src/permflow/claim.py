@@ -76,6 +76,7 @@ class Runner:
         if key not in self.models:
             overrides = [
                 f"--trainer.max_steps={self.settings[task]['max_steps']}",
+                f"--model.lr_decay_steps={self.settings[task]['max_steps']}",
                 f"--data.seed={seed}",
                 *self.settings[task]["overrides"],
             ]

@@ -1,5 +1,6 @@
 """LightningModule wiring PermFlow and the Sinkhorn baselines to the shared networks."""
 
+import math
 from typing import Literal
 
 import lightning as L
@@ -59,6 +60,7 @@ class PermutationModel(L.LightningModule):
         decode_noise: NonNegativeFloat = 1.0,
         num_samples: PositiveInt = 16,
         lr: PositiveFloat = 1e-3,
+        lr_decay_steps: PositiveInt = 1500,
         weight_decay: NonNegativeFloat = 1e-4,
     ):
         super().__init__()
@@ -293,9 +295,18 @@ class PermutationModel(L.LightningModule):
         self._log_metrics("test")
 
     def configure_optimizers(self):
+        """AdamW with a cosine decay of the learning rate to 0 over ``lr_decay_steps``, then flat.
+
+        The length is a hyper-parameter rather than the trainer's step budget, so that a run
+        stopped early and resumed follows the uninterrupted run's schedule exactly.
+        """
         optimizer = torch.optim.AdamW(
             self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
-        total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
-        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+        decay_steps = self.hparams.lr_decay_steps
+
+        def factor(step: int) -> float:
+            return 0.5 * (1 + math.cos(math.pi * min(step / decay_steps, 1.0)))
+
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
