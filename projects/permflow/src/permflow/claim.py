@@ -153,7 +153,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
     )
     # One intra-op thread: on the shared 2-core machine a 2-thread pool stalls whenever another
-    # process holds a core (training steps measured 3-7x slower than with one thread); this is
+    # process holds a core (training steps measured 3-6x slower than with one thread); this is
     # where a contended run's time goes.
     torch.set_num_threads(1)
     start = time.perf_counter()
