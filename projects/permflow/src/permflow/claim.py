@@ -135,14 +135,15 @@ def flatten(task: str, result: dict[str, Any]) -> dict[str, Any]:
         if name in result:
             out[f"{task}_{name}"] = np.asarray(result[name], float)
     for name in PER_RUN:
-        if name in result:
+        if name in result and len(result[name]):
             out[f"{task}_{name}"] = float(np.mean(result[name]))
     out[f"{task}_train_s"] = float(result.get("train_s", 0.0))
     return out
 
 
 def mean_of(result: dict[str, Any], key: str) -> float:
-    return float(np.mean(result[key])) if key in result else float("nan")
+    values = result.get(key)
+    return float(np.mean(values)) if values is not None and len(values) else float("nan")
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:

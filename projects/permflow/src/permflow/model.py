@@ -277,7 +277,7 @@ class PermutationModel(L.LightningModule):
         self._eval_outputs.clear()
         metrics = permutation_metrics(**outputs)
         for key in LOGGED_METRICS:
-            if key in metrics:
+            if key in metrics and len(metrics[key]):  # mode_balance may have no inputs
                 value = float(np.mean(metrics[key]))
                 self.log(f"{prefix}/{key}", value, sync_dist=True, prog_bar=key == "both_modes")
 
