@@ -31,6 +31,8 @@ def tiny_args(tmp_path):
         "--data.n_test=1",
         "--data.steps=12",
         "--data.val_steps=3",
+        "--data.test_steps=3",
+        "--data.rollout_steps=2",
         "--data.modes=32",
         "--data.mesh_levels=2",
         "--data.batch_size=4",

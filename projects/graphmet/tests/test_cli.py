@@ -3,16 +3,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from graphmet.cli import run_claim_experiment, train
-from papers_cli.testing import run_ddp_train, user_error_message
-from papers_eval import load_results
+from graphmet.claim import run_claim_experiment
+from graphmet.cli import train
+from papers_cli.testing import check_resume, run_ddp_train, user_error_message
+from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "config", [c for c in CONFIGS if c.name != "claim.yaml"], ids=lambda p: p.name
+)
 def test_every_config_parses(config, capsys):
     with pytest.raises(SystemExit) as info:
         train(["fit", "--config", str(config), "--print_config"])
@@ -40,6 +44,8 @@ def test_both_processors_train_on_a_global_reanalysis_fixture(
             "--data.icosahedral_refinements=1",
             "--data.modes=16",
             "--data.val_fraction=0.4",
+            "--data.test_fraction=0.2",
+            "--data.basis=laplacian",
             f"--model.processor={processor}",
         ]
     )
@@ -73,7 +79,7 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
         train([*tiny_args, "--model.no_such_option=1"])
     assert info.value.code == 2
     with pytest.raises(SystemExit) as info:
-        train([*tiny_args, f"--data.root={tmp_path / 'missing'}"])
+        train([*tiny_args, f"--data.root={tmp_path / 'missing'}", "--data.basis=laplacian"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "no_such_option" in err and "not found" in err and "Traceback" not in err
@@ -83,6 +89,7 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
     ("flags", "expected"),
     [
         (["--model.processor=transformer"], "'graphmet', 'message_passing'"),  # wrong choice
+        (["--model.pairing=modes", "--data.basis=laplacian"], "needs the Fourier basis"),
         (["--data.basis=wavelet"], "'laplacian', 'fourier'"),
         (["--data.val_fraction=1.0"], "data.val_fraction"),  # out of range
         (["--model.rank=0"], "model.rank"),
@@ -95,24 +102,66 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected
     assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
-def test_reproduce_quick_writes_the_results_record(tmp_path):
-    metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
-    record = load_results(tmp_path / "claim.json")
-    assert record["project"] == "graphmet" and record["metrics"].keys() == metrics.keys()
-    expected = {"graphmet", "gnn1", "gnn2", "control_graphmet", "graphmet_spectral"}
-    assert expected | {"graphmet_no_spectral_loss", "graphmet_channel_pairs"} <= metrics.keys()
-    assert set(record["extra"]["checks"]) >= {
-        "graphmet_long_lead_rmse_lower",
-        "gnn_activity_decays",
+def test_reproduce_quick_writes_a_judged_record(tmp_path):
+    outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
+    record = load_claim(tmp_path / "claim.json")
+    assert record["project"] == "graphmet" and record["quick"]
+    assert record["verdict"] == outcome["verdict"]
+    assert {c["name"] for c in record["controls"]} == {"encoder_decoder", "advect_graphmet"}
+    assert set(record["outcomes"]["graphmet"]) == {
+        "lower_rmse_while_skilful",
+        "activity_closer_to_truth",
+        "small_scales_closer_to_truth",
+        "cheaper_than_cost_matched_gnn",
     }
-    for name in (
-        "claim.md",
-        "rmse_vs_lead.png",
-        "activity_vs_lead.png",
-        "spectra_last_lead.png",
-        "latent_energy.png",
-        "spread_skill.png",
-        "control_activity.png",
-        "curves.json",
-    ):
+    evidence = record["evidence"]
+    assert evidence["encoder_decoder"]["processor_move"] == 0
+    assert 0 <= evidence["graphmet"]["changing_share"] <= 1
+    for name in ("claim.md", "rmse_vs_lead.png", "activity_vs_lead.png", "r_hi_vs_lead.png"):
         assert (tmp_path / name).is_file(), name
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: after a resume from the epoch-end checkpoint the parameters differ by "
+    "up to 4e-3 after 10 steps (same global step, EpochShuffle order); cause not found yet",
+)
+def test_resuming_continues_exactly(tiny_args, tmp_path):
+    check_resume(train, tiny_args, steps=10, root_dir=tmp_path / "resume")  # 5 batches an epoch
+
+
+def test_test_subcommand_evaluates_a_checkpoint(tiny_args, tmp_path):
+    args = [a for a in tiny_args if "checkpointing" not in a]
+    fitted = train([*args, "--trainer.enable_checkpointing=true"])
+    checkpoint = fitted.trainer.checkpoint_callback.best_model_path
+    assert checkpoint
+    tested = train(["test", *args, f"--ckpt_path={checkpoint}"])
+    metrics = tested.trainer.callback_metrics
+    assert {"test/rmse", "test/rmse_last", "test/activity_last"} <= metrics.keys()
+    with torch.no_grad():  # the checkpoint's weights, not a fresh initialisation
+        for name, value in fitted.model.state_dict().items():
+            torch.testing.assert_close(tested.model.state_dict()[name], value)
+
+
+def test_a_trained_koopman_step_moves_the_latent_and_beats_the_identity(tiny_args):
+    """On the linear advection control, with every Fourier mode and a full-rank lift (so the
+    Koopman coordinates span the anomaly latent), a briefly trained GraphMet step changes the
+    anomaly latent clearly and predicts the encoded next states better than the identity."""
+    from graphmet.claim import processor_evidence
+
+    cli = train(
+        [
+            *tiny_args,
+            "--trainer.max_steps=60",
+            "--trainer.val_check_interval=60",
+            "--model.lr=0.005",
+            "--model.alpha=1.0",
+            "--data.modes=224",
+            "--model.rank=16",
+        ]
+    )
+    net, data = cli.model.net.eval(), cli.datamodule
+    with torch.no_grad():
+        evidence = processor_evidence(net, data.test_windows(6, 3))
+    assert evidence["koopman_loss_test"] < 0.8
+    assert evidence["processor_move_of_anomaly"] > 0.05

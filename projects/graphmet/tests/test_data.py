@@ -19,8 +19,12 @@ def test_reanalysis_loader_reads_variables_and_levels(tmp_path, write_fixture):
     ds = write_fixture(tmp_path, lat, lon)
     loaded = load_reanalysis(str(tmp_path), ["z@500", "t@850", "t2m"])
     assert loaded["fields"].shape == (8, 3, 9, 12)
-    np.testing.assert_allclose(loaded["fields"][:, 1], ds["t"].sel(level=850).values, rtol=1e-6)
-    np.testing.assert_allclose(loaded["lon"], lon)
+    assert loaded["fields"].chunks is not None  # lazy: dask-backed, nothing read yet
+    np.testing.assert_allclose(
+        loaded["fields"][:, 1].values, ds["t"].sel(level=850).values, rtol=1e-6
+    )
+    np.testing.assert_allclose(loaded["x"], lon)
+    assert loaded["geographic"]
 
 
 @pytest.mark.parametrize(
@@ -55,15 +59,15 @@ def test_global_fixture_uses_the_icosahedral_mesh_with_standardised_fields(tmp_p
         icosahedral_refinements=1,
         modes=16,
         rollout_steps=1,
+        test_fraction=0.2,
     )
     data.setup()
     assert data.graph.kind == "icosahedral" and len(data.graph.mesh_pos) == 42
-    train = data.trajectories["train"]  # [1, 8, G, 2]
-    assert train.shape == (1, 8, 96, 2)
-    torch.testing.assert_close(train.mean((0, 1, 2)), torch.zeros(2), atol=1e-4, rtol=0)
-    torch.testing.assert_close(
-        train.std((0, 1, 2), unbiased=False), torch.ones(2), atol=1e-4, rtol=0
-    )
+    # 10 times: 6 train, 2 val, 2 test, in that order.
+    assert len(data.train_set) == 5 and data.train_set[0].shape == (2, 96, 2)
+    train = torch.stack([data.train_set[i][0] for i in range(5)] + [data.train_set[4][1]])
+    torch.testing.assert_close(train.mean((0, 1)), torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(train.std((0, 1), unbiased=False), torch.ones(2), atol=1e-4, rtol=0)
     w = data.graph.area_weight.reshape(8, 12)
     assert w[4, 0] > w[0, 0]  # cos(latitude): the equator weighs more than the pole rows
 
@@ -75,6 +79,7 @@ def test_real_regional_file_from_eofs_uses_the_regional_mesh():
     folder = Path(eofs_examples.example_data_path("hgt_djf.nc")).parent
     loaded = load_reanalysis(str(folder), ["z@500"], files="hgt_djf.nc")
     assert loaded["fields"].shape[1:] == (1, 29, 49)
+    assert loaded["fields"].shape[0] == 65
     data = GraphmetDataModule(
         source="reanalysis",
         root=str(folder),
@@ -84,6 +89,8 @@ def test_real_regional_file_from_eofs_uses_the_regional_mesh():
         mesh_stride=4,
         mesh_levels=2,
         modes=16,
+        val_steps=2,
+        test_steps=2,
     )
     data.setup()
     assert data.graph.kind == "regional" and data.graph.interior.sum() == 25 * 45
@@ -153,3 +160,86 @@ def test_regional_datamodule_scores_only_the_interior():
         GraphmetDataModule(basis="fourier")
     with pytest.raises(ConfigError, match="exceeds data.native_resolution"):
         GraphmetDataModule(grid=64)
+
+
+def _projected_fixture(times=20, ny=10, nx=12, seed=0):
+    """A CERRA/MEPS-like regional dataset on projected (y, x) metres: two predicted fields,
+    one forcing field over time and one static field."""
+    import xarray as xr
+
+    rng = np.random.default_rng(seed)
+    y, x = np.arange(ny) * 5500.0, np.arange(nx) * 5500.0 - 3e5
+    return xr.Dataset(
+        {
+            "t2m": (("time", "y", "x"), rng.normal(280, 5, (times, ny, nx))),
+            "msl": (("time", "y", "x"), rng.normal(1e5, 300, (times, ny, nx))),
+            "toa": (("time", "y", "x"), rng.uniform(0, 1300, (times, ny, nx))),
+            "orography": (("y", "x"), rng.uniform(0, 2000, (ny, nx))),
+        },
+        coords={"time": np.arange(times) * 3.0, "y": y, "x": x},
+    )
+
+
+def _projected_module(root, **kwargs):
+    return GraphmetDataModule(
+        source="reanalysis",
+        root=str(root),
+        variables=["t2m", "msl"],
+        static_variables=["orography"],
+        forcing_variables=["toa"],
+        boundary=1,
+        mesh_levels=2,
+        modes=16,
+        rollout_steps=2,
+        val_steps=2,
+        test_steps=2,
+        **kwargs,
+    )
+
+
+def test_zarr_store_on_a_projected_grid_loads_lazily_with_static_and_forcing_fields(tmp_path):
+    ds = _projected_fixture()
+    ds.to_zarr(tmp_path / "cerra_like.zarr")
+    data = _projected_module(tmp_path)
+    data.setup()
+    assert data.graph.kind == "regional" and len(data.graph.grid_pos) == 120
+    assert data.lazy_fields.chunks is not None  # dask-backed: windows are read when batched
+    assert data.graph.grid_static.shape == (120, 4 + 1)  # positions + orography
+    window = data.train_set[3]  # [3, G, C + F]
+    assert window.shape == (3, 120, 3)
+    expected = (ds["toa"].values[4] - data.stats["mean"][2]) / data.stats["std"][2]
+    np.testing.assert_allclose(window[1, :, 2].numpy(), expected.ravel(), rtol=1e-5, atol=1e-5)
+
+
+def test_test_split_is_held_out_apart_from_validation(tmp_path):
+    ds = _projected_fixture(times=20)
+    noise = np.random.default_rng(1).normal(0, 0.01, ds["t2m"].shape)
+    ds["t2m"].values[:] = np.arange(20)[:, None, None] + noise
+    ds.to_netcdf(tmp_path / "fixture.nc")
+    data = _projected_module(tmp_path)
+    data.setup()
+    # 20 times: train 0-13, val 14-17, test 18-19; windows never cross a split.
+    mean, std = data.stats["mean"][0], data.stats["std"][0]
+    splits = {"train": data.train_set, "val": data.val_set, "test": data.test_set}
+    first_time = {
+        name: round(float(part[0][0, 0, 0]) * std + mean) for name, part in splits.items()
+    }
+    assert first_time == {"train": 0, "val": 14, "test": 18}
+    last_train = data.train_set[len(data.train_set) - 1]
+    assert round(float(last_train[-1, 0, 0]) * std + mean) == 13
+
+
+def test_mesh_basis_is_computed_once_and_read_back_from_the_cache(monkeypatch):
+    from graphmet import mesh
+
+    edges = mesh.faces_to_edges(mesh.lattice_multimesh((4, 4), 1, periodic=True)[1][0])
+    first = mesh.spectral_basis(edges, 16, 6)
+
+    def fail(*args):
+        raise AssertionError("the basis was recomputed")
+
+    monkeypatch.setattr(mesh, "laplacian_basis", fail)
+    again = mesh.spectral_basis(edges, 16, 6)
+    np.testing.assert_array_equal(first[1], again[1])
+    with pytest.raises(AssertionError, match="recomputed"):
+        mesh.spectral_basis(edges, 16, 8)  # another size is another basis

@@ -73,3 +73,30 @@ def test_spectrum_and_high_wavenumber_ratio():
     assert high_wavenumber_ratio(
         (low + 0.5 * high)[None, None, None], truth, 4
     ).item() == pytest.approx(0.25)
+
+
+def test_activity_subtracts_a_non_constant_climatology():
+    """Eq. M2 with a climatology that varies over the grid: a forecast halfway between the
+    climatology and the truth has activity exactly 1/2; without subtracting the climatology
+    the spatial pattern of the climatology would count as activity."""
+    gen = torch.Generator().manual_seed(0)
+    clim = 3 * torch.randn(50, 2, generator=gen)  # [G, C]
+    truth = clim + torch.randn(4, 3, 50, 2, generator=gen)
+    forecast = clim + 0.5 * (truth - clim)
+    w = torch.ones(50)
+    torch.testing.assert_close(activity(forecast, truth, clim, w), torch.full((3, 2), 0.5))
+    assert (activity(clim.expand_as(truth), truth, clim, w) == 0).all()
+
+
+def test_hann_taper_removes_the_edge_leakage_of_a_non_periodic_window():
+    """A smooth ramp is not periodic on its window: untapered, the jump between opposite edges
+    puts energy at high k; tapered, almost none is left there."""
+    from graphmet.metrics import isotropic_spectrum
+
+    n = 16
+    ramp = torch.linspace(0, 1, n)[None, :].expand(n, n) + torch.linspace(0, 1, n)[:, None]
+    raw = isotropic_spectrum(ramp)
+    tapered = isotropic_spectrum(ramp, taper=True)
+    high = slice(n // 4, None)
+    assert raw[high].sum() / raw.sum() > 0.03
+    assert tapered[high].sum() / tapered.sum() < 0.1 * (raw[high].sum() / raw.sum())

@@ -7,6 +7,7 @@ import torch
 
 from papers_cli import ConfigError
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
+from survival_delay.core import Cohort, JointModel
 from survival_delay.data import (
     CohortShards,
     DataFormatError,
@@ -14,6 +15,7 @@ from survival_delay.data import (
     load_tables,
     tables_to_cohort,
 )
+from survival_delay.fitting import fit_direct
 from survival_delay.simulate import Truth, simulate_study
 
 AS_OF = "2024-01-01"
@@ -45,7 +47,10 @@ def test_tables_become_a_cohort_with_the_documented_rules():
     assert cohort.x.shape == (5, 2) and cohort.x.dtype == torch.float64
     assert cohort.reported.tolist() == [True, True, True, False, False]
     year = 365.25
-    assert cohort.window[0].item() == pytest.approx(730 / year)
+    # day-resolution dates: the window runs to the end of the as-of day (730 days + 1)
+    assert cohort.window[0].item() == pytest.approx(731 / year)
+    assert cohort.event_width[0].item() == pytest.approx(1 / year)  # interval-censored T
+    assert cohort.delay_width[3].item() == 0  # unreported: no width
     assert cohort.exposure[0].item() == pytest.approx(1.0)  # capped at coverage L
     assert cohort.exposure[2].item() == pytest.approx(31 / year)  # lapsed after a month
     assert cohort.event_time[1].item() == pytest.approx(62 / year)
@@ -168,3 +173,75 @@ def test_datamodule_real_tables_split_source_and_target(tmp_path):
         SurvivalDelayDataModule(root=str(tmp_path), as_of=AS_OF, n_features=3).setup()
     with pytest.raises(ConfigError, match="as-of date"):
         SurvivalDelayDataModule(root=str(tmp_path), n_features=2).setup()
+
+
+def test_a_hidden_first_event_is_refused_naming_the_policy():
+    """Policy 1's first event (2022-02-01) is reported only after tau, a later one before: the
+    first event is unobserved at tau, so the policy is refused, not kept with the later T."""
+    policies, claims = fixture_tables()
+    hidden = pd.DataFrame({"id": [1], "event_date": ["2022-02-01"], "report_date": ["2024-03-01"]})
+    with pytest.raises(ConfigError, match=r"policies \[1\].*first claim event still unreported"):
+        tables_to_cohort(policies, pd.concat([claims, hidden]), AS_OF)
+    # the same first event reported by tau: kept as the first event
+    seen = hidden.assign(report_date=["2022-02-10"])
+    cohort, _ = tables_to_cohort(policies, pd.concat([claims, seen]), AS_OF)
+    assert cohort.event_time[0].item() == pytest.approx(31 / 365.25)
+    # an unreported event after the reported one changes nothing
+    later = hidden.assign(event_date=["2022-05-01"])
+    cohort, _ = tables_to_cohort(policies, pd.concat([claims, later]), AS_OF)
+    assert cohort.event_time[0].item() == pytest.approx(59 / 365.25)
+
+
+def _day_tables(delays_days, n=600, seed=0):
+    """n policies enrolled 3-4 years before tau, each with one event reported after
+    ``delays_days`` (all reported: long windows), event day ~ U(0, 300)."""
+    rng = np.random.default_rng(seed)
+    tau = pd.Timestamp("2024-01-01")
+    enroll = tau - pd.to_timedelta(rng.integers(3 * 365, 4 * 365, n), unit="D")
+    event = enroll + pd.to_timedelta(rng.integers(0, 300, n), unit="D")
+    policies = pd.DataFrame(
+        {"id": np.arange(n), "enroll_date": enroll, "end_or_lapse_date": None, "x": 0.0}
+    )
+    claims = pd.DataFrame(
+        {
+            "id": np.arange(n),
+            "event_date": event,
+            "report_date": event + pd.to_timedelta(delays_days, unit="D"),
+        }
+    )
+    return policies, claims, str(tau.date())
+
+
+def test_same_day_reports_and_enrolment_day_events_are_interval_censored():
+    """Tie fixtures: events on the enrolment date (T = 0) and same-day reports (D = 0). The
+    likelihood is finite, and five same-day reports among 600 log-normal delays (median 18
+    days) barely move the fitted delay law (the old density at t = 1e-12 moved the median to
+    ~150 days)."""
+    rng = np.random.default_rng(1)
+    delays = np.maximum(1, np.round(18 * np.exp(0.8 * rng.standard_normal(600)))).astype(int)
+    policies, claims, as_of = _day_tables(delays)
+    claims.loc[:4, "report_date"] = claims.loc[:4, "event_date"]  # same-day reports
+    claims.loc[5:9, "event_date"] = policies.loc[5:9, "enroll_date"].to_numpy()  # T = 0
+    claims.loc[5:9, "report_date"] = claims.loc[5:9, "event_date"] + pd.Timedelta(days=10)
+    cohort, _ = tables_to_cohort(policies, claims, as_of)
+    assert bool(cohort.reported.all())
+    assert (cohort.delay[:5] == 0).all() and (cohort.event_time[5:10] == 0).all()
+    model = JointModel.build(1, delay_family="lognormal")
+    blocks = {"theta": Truth().theta(), "phi": torch.tensor([math.log(18 / 365.25), -0.2])}
+    blocks["gamma"] = torch.zeros(1, dtype=torch.float64)
+    terms = model.loglik(blocks["theta"], blocks["phi"], cohort, per_subject=True)
+    assert bool(torch.isfinite(terms).all())
+    fit = fit_direct(model, cohort)
+    median_days = math.exp(fit["phi"][0].item()) * 365.25
+    sigma = math.exp(fit["phi"][1].item())
+    assert 14 < median_days < 23
+    assert 0.6 < sigma < 1.0
+    # without the interval likelihood (exact times) the five zeros wreck the same fit
+    exact = Cohort(
+        *(
+            getattr(cohort, f)
+            for f in ("x", "window", "exposure", "reported", "event_time", "delay")
+        )
+    )
+    wrecked = fit_direct(model, exact)
+    assert math.exp(wrecked["phi"][1].item()) > 1.3 * sigma

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 
 from papers_cli import (
@@ -83,12 +84,44 @@ def test_quiet_fit_silences_a_config_but_not_an_override(project, tmp_path):
     assert cli.trainer.limit_val_batches == 0 and cli.trainer.logger is None
     assert cli.trainer.checkpoint_callback is None and not cli.trainer.progress_bar_callback
     assert fit("--trainer.limit_val_batches=1").trainer.limit_val_batches == 1
+    assert not Path("runs").exists()  # a claim experiment leaves the working directory clean
 
 
 def test_config_saved_with_overwrite(project):
     run(project, "--trainer.logger=true")
     run(project, "--trainer.logger=true")  # a rerun must not fail on the existing config.yaml
     assert list(Path("runs/demo").rglob("config.yaml"))
+
+
+class SizedModel(BoringModel):
+    """BoringModel with a configurable output size, to make checkpoints that do not fit."""
+
+    def __init__(self, out_features: int = 2):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, out_features)
+
+
+def test_test_with_a_checkpoint_that_does_not_fit_is_a_config_error(project, capsys):
+    def sized(*args):
+        return cli_main(
+            SizedModel,
+            BoringDataModule,
+            project_file=project / "src" / "demo" / "cli.py",
+            args=list(args),
+        )
+
+    fitted = sized("fit", "--trainer.enable_checkpointing=true")
+    ckpt = fitted.trainer.checkpoint_callback.best_model_path
+    assert sized("test", f"--ckpt_path={ckpt}").trainer.state.finished
+    with pytest.raises(SystemExit) as info:
+        sized("test", f"--ckpt_path={ckpt}", "--model.out_features=3")
+    assert info.value.code == 2
+    message = capsys.readouterr().err.replace("\n", " ")
+    assert "does not fit the model" in message and "layer.weight" in message
+    with pytest.raises(SystemExit) as info:
+        sized("test", "--ckpt_path=runs/demo/no_such.ckpt")
+    assert info.value.code == 2
+    assert "is not a file" in capsys.readouterr().err
 
 
 def test_bad_inputs_exit_2_with_a_message(project, tmp_path, capsys):

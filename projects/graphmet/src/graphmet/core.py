@@ -11,15 +11,21 @@ x_{t+1} = mask * x_{t+1} + (1 - mask) * f_{t+1}                                 
 
 The message-passing baseline (``baselines.py``) uses P = K InteractionNet layers. GraphMet
 replaces that stack with one linear Koopman step in the mesh's spectral basis (``koopman.py``,
-Eqs. K1-K5): P(H) = H + U (Lambda * (U^T H A) - U^T H A) B, with |Lambda| <= 1 by construction.
+Eqs. K1-K5) acting on the anomaly from the encoded climatology Hc = E(clim, clim):
+P(H) = H + U (Lambda * C - C) B with C = U^T (H - Hc) A and |Lambda| <= 1 by construction.
+The negative control replaces P by the identity (encoder-decoder only).
 
 Training objective, the same forecast term for every processor:
 
-    L = L_fcst + alpha (L_koop + lambda_geo L_geo)                                      (G3)
+    L = L_fcst + alpha (L_koop + lambda_geo L_geo) + beta L_spec                        (G3)
     L_fcst = 1/R sum_{n=1..R} sum_g w_g ||x_hat_n,g - x_n,g||^2 / sum_g w_g             (G4)
+    L_spec = sum ( |F[h x_hat_n]| - |F[h x_n]| )^2 / sum |F[h x_n]|^2                   (G5)
 
 with area weights w_g (cos latitude on the sphere, 1 on the plane) times the interior mask,
-an R-step autoregressive rollout (G1 applied R times), and L_koop, L_geo from Eqs. K6-K7.
+an R-step autoregressive rollout (G1 applied R times), L_koop and L_geo from Eqs. K6-K7 over
+the encoded true states of the window, and G5 the FFT-amplitude loss of the baseline "message
+passing + spectral loss" (F: 2-D FFT of the scored interior, h: a Hann taper when the interior
+is not periodic); beta = 0 for every other model.
 Long-range propagation: the one-shot latent rollout H_{t+n} = H_t + U(Lambda^n C_t - C_t) B
 (Eq. K5) costs one diagonal multiply per step and member instead of K GNN layers.
 """
@@ -30,9 +36,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from graphmet.koopman import KoopmanProcessor, dirichlet_energy, geometry_loss, koopman_loss
+from graphmet.baselines import MessagePassingProcessor
+from graphmet.koopman import (
+    KoopmanProcessor,
+    dirichlet_energy,
+    geometry_loss,
+    koopman_loss,
+    relative_move,
+)
 from graphmet.layers import GridDecoder, GridEncoder
 from graphmet.mesh import WeatherGraph
+from graphmet.metrics import hann_window
 
 STATIC_FEATURES = 4
 
@@ -40,9 +54,14 @@ STATIC_FEATURES = 4
 class GraphBuffers(nn.Module):
     """The graph of a ``WeatherGraph`` as non-persistent tensors (moved with the model)."""
 
-    def __init__(self, graph: WeatherGraph) -> None:
+    def __init__(self, graph: WeatherGraph, climatology: torch.Tensor | None = None) -> None:
         super().__init__()
         self.num_mesh = len(graph.mesh_pos)
+        self.interior_shape = graph.interior_shape
+        self.periodic = graph.kind == "periodic"
+        if climatology is None:  # zero anomaly reference: the standardised mean
+            climatology = torch.zeros(len(graph.grid_pos), 1)
+        self.register_buffer("climatology", climatology.float(), False)  # [G, C] standardised
         for name in (
             "grid_static",
             "mesh_static",
@@ -59,22 +78,39 @@ class GraphBuffers(nn.Module):
         interior = torch.from_numpy(graph.interior.astype(np.float32))
         self.register_buffer("interior", interior[:, None], False)  # [G, 1]
         self.register_buffer("loss_weight", self.area_weight * interior, False)  # [G]
+        index = np.flatnonzero(graph.interior)
+        self.register_buffer("interior_index", torch.from_numpy(index), False)  # row-major
 
 
 def model_inputs(state: torch.Tensor, forcing: torch.Tensor, interior: torch.Tensor):
-    """Encoder input [B, G, 2C+1]: state, boundary forcing of the next step, boundary mask."""
+    """Encoder input [B, G, 2C+1+F]: state x_t [B, G, C], the next state's boundary frame, the
+    boundary mask, and the forcing fields of the next step (``forcing`` [B, G, C+F] holds the
+    next true state, of which only the frame is used, then F forcing fields)."""
+    channels = state.shape[-1]
     boundary = 1 - interior.expand(*state.shape[:-1], 1)
-    return torch.cat([state, forcing * boundary, boundary], -1)
+    frame, fields = forcing[..., :channels], forcing[..., channels:]
+    return torch.cat([state, frame * boundary, boundary, fields], -1)
 
 
 class GraphWeatherModel(nn.Module):
     """Eq. G1-G2 with a pluggable processor: ``KoopmanProcessor`` (GraphMet) or the
     message-passing stack of ``baselines.MessagePassingProcessor``."""
 
-    def __init__(self, channels: int, dim: int, processor: nn.Module) -> None:
+    def __init__(
+        self,
+        channels: int,
+        dim: int,
+        processor: nn.Module,
+        static_channels: int = 0,
+        forcing_channels: int = 0,
+    ) -> None:
+        """``channels`` predicted variables C; ``forcing_channels`` F read, not predicted;
+        ``static_channels`` static fields appended to the grid's position features."""
         super().__init__()
-        self.channels = channels
-        self.encoder = GridEncoder(2 * channels + 1, STATIC_FEATURES, dim)
+        self.channels, self.forcing_channels = channels, forcing_channels
+        self.encoder = GridEncoder(
+            2 * channels + 1 + forcing_channels, STATIC_FEATURES + static_channels, dim
+        )
         self.processor = processor
         self.decoder = GridDecoder(dim, channels)
         self.graph: GraphBuffers | None = None
@@ -83,31 +119,51 @@ class GraphWeatherModel(nn.Module):
     def is_koopman(self) -> bool:
         return isinstance(self.processor, KoopmanProcessor)
 
-    def attach_graph(self, graph: WeatherGraph) -> None:
-        """Set the mesh and grid graphs (parameters do not depend on their sizes)."""
+    def attach_graph(self, graph: WeatherGraph, climatology: torch.Tensor | None = None) -> None:
+        """Set the mesh and grid graphs and the (standardised) climatology [G, C] that anchors
+        the Koopman anomalies; parameters do not depend on their sizes."""
         device = next(self.parameters()).device
-        self.graph = GraphBuffers(graph).to(device)
+        if climatology is None:
+            climatology = torch.zeros(len(graph.grid_pos), self.channels + self.forcing_channels)
+        self.graph = GraphBuffers(graph, climatology).to(device)
 
     def encode(self, state: torch.Tensor, forcing: torch.Tensor):
         """x_t [B, G, C], f_{t+1} [B, G, C] -> mesh latents [B, M, d], grid latents [B, G, d]."""
         return self.encoder(model_inputs(state, forcing, self.graph.interior), self.graph)
 
-    def process(self, mesh: torch.Tensor, perturbation: dict | None = None, keep_layers=False):
+    def reference_latent(self) -> torch.Tensor:
+        """Hc = E(clim, clim) [1, M, d]: the anomaly origin of the Koopman coordinates. It holds
+        the static mesh embedding too, which therefore drops out of C = U^T (H - Hc) A."""
+        clim = self.graph.climatology[None]  # [1, G, C + F]
+        return self.encode(clim[..., : self.channels], clim)[0]
+
+    def process(
+        self,
+        mesh: torch.Tensor,
+        perturbation: dict | None = None,
+        keep_layers=False,
+        reference: torch.Tensor | None = None,
+    ):
         """P(H): returns H' [B, M, d] and the per-layer latents (GNN) or coefficients (Koopman)."""
         if self.is_koopman:
-            return self.processor(mesh, self.graph.basis, **(perturbation or {}))
-        return self.processor(mesh, self.graph, keep_layers=keep_layers)
+            if reference is None:
+                reference = self.reference_latent()
+            return self.processor(mesh, self.graph.basis, reference, **(perturbation or {}))
+        if isinstance(self.processor, MessagePassingProcessor):
+            return self.processor(mesh, self.graph, keep_layers=keep_layers)
+        return self.processor(mesh)
 
     def finish(self, state, mesh, grid, forcing) -> torch.Tensor:
         """Decode the residual and force the boundary frame (Eqs. G1-G2)."""
         following = state + self.decoder(mesh, grid, self.graph)
         inside = self.graph.interior
-        return inside * following + (1 - inside) * forcing
+        return inside * following + (1 - inside) * forcing[..., : self.channels]
 
-    def step(self, state, forcing, perturbation=None) -> tuple[torch.Tensor, dict]:
-        """One autoregressive step x_t -> x_{t+1}; also returns the latents for diagnostics."""
+    def step(self, state, forcing, perturbation=None, reference=None) -> tuple[torch.Tensor, dict]:
+        """One autoregressive step x_t -> x_{t+1}; also returns the latents for diagnostics.
+        ``reference``: Hc, computed here when not given (a rollout computes it once)."""
         mesh, grid = self.encode(state, forcing)
-        processed, extra = self.process(mesh, perturbation)
+        processed, extra = self.process(mesh, perturbation, reference=reference)
         return self.finish(state, processed, grid, forcing), {
             "encoded": mesh,
             "processed": processed,
@@ -117,18 +173,19 @@ class GraphWeatherModel(nn.Module):
     def rollout(
         self,
         initial: torch.Tensor,  # [B, G, C]
-        forcing: torch.Tensor,  # [B, T, G, C] truth (only its boundary frame is used)
+        forcing: torch.Tensor,  # [B, T, G, C + F] truth (its boundary frame) + forcing fields
         perturbation: dict | None = None,  # Koopman ensembles: noise at the first step
         phase_noise: torch.Tensor | None = None,  # Koopman ensembles: at every step
         diagnostics: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """T autoregressive steps -> forecasts [B, T, G, C] and latent Dirichlet energy [B, T]."""
         state, outputs, energy = initial, [], []
+        reference = self.reference_latent() if self.is_koopman else None
         for t in range(forcing.shape[1]):
             noise = dict(perturbation or {}) if t == 0 else {}
             if phase_noise is not None:
                 noise["phase_noise"] = phase_noise
-            state, latents = self.step(state, forcing[:, t], noise or None)
+            state, latents = self.step(state, forcing[:, t], noise or None, reference)
             outputs.append(state)
             if diagnostics:
                 energy.append(
@@ -144,9 +201,9 @@ class GraphWeatherModel(nn.Module):
         if not self.is_koopman:
             raise TypeError("one-shot latent propagation needs the Koopman processor")
         mesh, grid = self.encode(initial, forcing[:, 0])
-        outputs = []
+        reference, outputs = self.reference_latent(), []
         for n in range(1, forcing.shape[1] + 1):
-            processed, _ = self.processor(mesh, self.graph.basis, steps=n)
+            processed, _ = self.processor(mesh, self.graph.basis, reference, steps=n)
             outputs.append(self.finish(initial, processed, grid, forcing[:, n - 1]))
         return torch.stack(outputs, 1)
 
@@ -158,29 +215,68 @@ def weighted_mse(prediction: torch.Tensor, target: torch.Tensor, weight: torch.T
     return (squared * weight).sum(-1).mean() / weight.sum()
 
 
+def interior_images(fields: torch.Tensor, graph: GraphBuffers) -> torch.Tensor:
+    """[..., G, C] -> the scored interior as images [..., C, ny, nx] (planar grids only)."""
+    if graph.interior_shape is None:
+        raise ValueError("the interior of this grid is not a rectangle (planar grids only)")
+    inside = fields.index_select(-2, graph.interior_index)  # [..., Gi, C]
+    return inside.movedim(-1, -2).unflatten(-1, graph.interior_shape)
+
+
+def spectral_amplitude_loss(
+    prediction: torch.Tensor, target: torch.Tensor, graph: GraphBuffers
+) -> torch.Tensor:
+    """Eq. G5: relative squared error of the 2-D FFT amplitudes of the interior fields."""
+    images_hat, images = interior_images(prediction, graph), interior_images(target, graph)
+    if not graph.periodic:
+        ny, nx = graph.interior_shape
+        taper = hann_window(max(ny, nx), images.dtype, images.device)[:ny, :nx]
+        images_hat, images = images_hat * taper, images * taper
+    amp_hat = torch.fft.fft2(images_hat, norm="ortho").abs()
+    amp = torch.fft.fft2(images, norm="ortho").abs()
+    return (amp_hat - amp).pow(2).sum() / amp.pow(2).sum().clamp(min=1e-12)
+
+
 def training_objective(
     model: GraphWeatherModel,
-    window: torch.Tensor,  # [B, R+1, G, C] consecutive states (normalised)
+    window: torch.Tensor,  # [B, L, G, C + F] consecutive states (normalised) + forcing fields
     alpha: float = 0.1,
     lambda_geo: float = 1.0,
+    spectral_weight: float = 0.0,
+    rollout_steps: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Eq. G3 over an R-step rollout; for the message-passing baseline only L_fcst."""
-    steps = window.shape[1] - 1
-    forcing = window[:, 1:]
-    state, outputs = window[:, 0], []
+    """Eq. G3: L_fcst over the first R steps of the window (R = ``rollout_steps``, default all),
+    L_koop (Koopman processor) over every lead of the window, L_spec when beta > 0.
+
+    The Koopman terms encode the true states x_0..x_N of the window, each with the boundary
+    forcing of the next state (the last one with its own)."""
+    length = window.shape[1]
+    steps = length - 1 if rollout_steps is None else min(rollout_steps, length - 1)
+    forcing, channels = window[:, 1:], model.channels
+    state, outputs = window[:, 0, :, :channels], []
+    reference = model.reference_latent() if model.is_koopman else None
     for t in range(steps):
-        state, latents = model.step(state, forcing[:, t])
+        state, latents = model.step(state, forcing[:, t], reference=reference)
         outputs.append(state)
         if t == 0:
             encoded_now = latents["encoded"]  # E(x_0): its input is the true state
-    fcst = weighted_mse(torch.stack(outputs, 1), window[:, 1:], model.graph.loss_weight)
-    terms = {"fcst": fcst, "loss": fcst}
+            moved = relative_move(encoded_now, latents["processed"]).mean().detach()
+    prediction, target = torch.stack(outputs, 1), window[:, 1 : steps + 1, :, :channels]
+    fcst = weighted_mse(prediction, target, model.graph.loss_weight)
+    terms = {"fcst": fcst, "loss": fcst, "processor_move": moved}
+    if spectral_weight > 0:
+        terms["spec"] = spectral_amplitude_loss(prediction, target, model.graph)
+        terms["loss"] = terms["loss"] + spectral_weight * terms["spec"]
     if model.is_koopman:
         processor, basis = model.processor, model.graph.basis
-        c_now = processor.coefficients(encoded_now, basis)
-        follow = forcing[:, 1] if steps > 1 else forcing[:, 0]
-        c_next = processor.coefficients(model.encode(window[:, 1], follow)[0], basis)
-        terms["koop"] = koopman_loss(processor.operator, c_now, c_next)
+        encoded = [encoded_now] + [
+            model.encode(window[:, n, :, :channels], window[:, min(n + 1, length - 1)])[0]
+            for n in range(1, length)
+        ]
+        coefficients = [processor.coefficients(h, basis, reference) for h in encoded]
+        terms["koop"] = koopman_loss(processor.operator, coefficients)
         terms["geo"] = geometry_loss(processor.lift, processor.lower)
-        terms["loss"] = fcst + alpha * (terms["koop"] + lambda_geo * terms["geo"])
+        terms["loss"] = terms["loss"] + alpha * (terms["koop"] + lambda_geo * terms["geo"])
+    if steps == 0:
+        raise ValueError("the window needs at least two states")
     return terms

@@ -71,10 +71,12 @@ class InteractionNet(MessagePassing):
 class GridEncoder(nn.Module):
     """Grid -> mesh: embed grid inputs and mesh positions, one InteractionNet on g2m edges."""
 
-    def __init__(self, in_features: int, static_features: int, dim: int) -> None:
+    def __init__(
+        self, in_features: int, static_features: int, dim: int, mesh_features: int = 4
+    ) -> None:
         super().__init__()
         self.grid_embed = mlp(in_features + static_features, dim)
-        self.mesh_embed = mlp(static_features, dim)
+        self.mesh_embed = mlp(mesh_features, dim)
         self.edge_embed = mlp(4, dim)
         self.interaction = InteractionNet(dim)
         self.grid_update = mlp(dim, dim)

@@ -20,6 +20,7 @@ periodic lattice, its Fourier modes, the exact eigenvectors of any translation-i
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,9 @@ class WeatherGraph:
     area_weight: np.ndarray  # [G] mean 1 over the interior
     interior: np.ndarray  # [G] bool: predicted points (False = boundary frame forced from truth)
     level_edge_counts: list[int] = field(default_factory=list)  # undirected edges per level
+    # (ny, nx) of the scored interior when it is a rectangle of the row-major grid (planar
+    # grids), else None: the spectral loss and R_hi need it.
+    interior_shape: tuple[int, int] | None = None
 
 
 # ----------------------------------------------------------------------------- icosahedron
@@ -218,6 +222,26 @@ def containing_triangles(
 
 
 def spectral_basis(edges: np.ndarray, n: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``laplacian_basis``, computed once per mesh and cached on disk (papers_data's cache):
+    ``eigsh`` with k = 2048 on the 40,962-node M6 takes long, so later runs, and the other DDP
+    ranks (which build their graph after rank 0's ``prepare_data``), read it back."""
+    from papers_data import cached_generate
+
+    digest = hashlib.sha1(np.ascontiguousarray(edges, dtype=np.int64).tobytes()).hexdigest()
+    config = {"kind": "mesh_basis", "version": 1, "edges": digest, "n": n, "modes": modes}
+    if modes > n:
+        raise ValueError(f"{modes} spectral modes requested but the mesh has {n} nodes")
+    out = cached_generate(
+        "graphmet",
+        config,
+        lambda: dict(
+            zip(("eigenvalues", "vectors"), laplacian_basis(edges, n, modes), strict=True)
+        ),
+    )
+    return out["eigenvalues"], out["vectors"]
+
+
+def laplacian_basis(edges: np.ndarray, n: int, modes: int) -> tuple[np.ndarray, np.ndarray]:
     """First ``modes`` eigenpairs of L = I - D^-1/2 W D^-1/2 of an undirected graph [E, 2]."""
     if modes > n:
         raise ValueError(f"{modes} spectral modes requested but the mesh has {n} nodes")
@@ -273,6 +297,7 @@ def _assemble(
     area_weight,
     interior,
     lattice_shape=None,
+    interior_shape=None,
 ) -> WeatherGraph:
     level_edges = [faces_to_edges(f) for f in level_faces]
     all_edges = np.unique(np.concatenate(level_edges), axis=0)
@@ -315,6 +340,7 @@ def _assemble(
         area_weight=(area_weight / area_weight[interior].mean()).astype(np.float32),
         interior=interior,
         level_edge_counts=[len(e) for e in level_edges],
+        interior_shape=interior_shape,
     )
 
 
@@ -348,6 +374,7 @@ def periodic_graph(
         np.ones(len(grid_pos)),
         interior,
         lattice_shape=(mesh_cells, mesh_cells),
+        interior_shape=(ny, nx),
     )
 
 
@@ -384,6 +411,7 @@ def regional_graph(
         "laplacian",
         np.ones(len(grid_pos)),
         interior,
+        interior_shape=(ny - 2 * boundary, nx - 2 * boundary),
     )
 
 

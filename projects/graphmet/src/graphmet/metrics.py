@@ -5,6 +5,8 @@ with area weights w [G] (zero outside the scored region); ensembles are [S, M, T
     activity(t)  = sqrt( mean_s var_w(x_hat - clim) ) / sqrt( mean_s var_w(x - clim) )      (M2)
                    var_w(a) = sum_g w_g (a_g - abar)^2 / sum_g w_g,  abar = weighted mean
     R_hi(t)      = sum_{|k| >= k_c} E_hat(k) / sum_{|k| >= k_c} E(k)  (isotropic spectra)   (M3)
+                   on a non-periodic (regional) window the fields are Hann-tapered first, so
+                   the jump between opposite edges does not leak energy into high k
     CRPS         = mean_m |X_m - y| - 1/(2 M^2) sum_{m, m'} |X_m - X_m'|                    (M4)
     spread/skill = sqrt((M+1)/M) * sqrt(mean var_ens) / RMSE(ensemble mean)                 (M5)
 
@@ -41,11 +43,22 @@ def activity(prediction, truth, climatology, w) -> torch.Tensor:
     return (forecast / reference.clamp(min=1e-12)).sqrt()
 
 
-def isotropic_spectrum(fields: torch.Tensor) -> torch.Tensor:
+def hann_window(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
+    """2-D Hann taper [n, n] scaled to mean square 1 (the total energy of white noise is kept)."""
+    w = torch.hann_window(n, periodic=False, dtype=dtype, device=device)
+    w2 = w[:, None] * w[None, :]
+    return w2 / w2.pow(2).mean().sqrt()
+
+
+def isotropic_spectrum(fields: torch.Tensor, taper: bool = False) -> torch.Tensor:
     """Energy per integer wavenumber shell of square fields [..., n, n] -> [..., n//2 + 1]
-    (mean removed; shells beyond the Nyquist circle are dropped)."""
+    (mean removed; shells beyond the Nyquist circle are dropped). ``taper``: Hann window
+    first, for fields that are not periodic (a regional window)."""
     n = fields.shape[-1]
-    f = torch.fft.fft2(fields - fields.mean((-2, -1), keepdim=True), norm="ortho")
+    anomaly = fields - fields.mean((-2, -1), keepdim=True)
+    if taper:
+        anomaly = anomaly * hann_window(n, fields.dtype, fields.device)
+    f = torch.fft.fft2(anomaly, norm="ortho")
     k = torch.fft.fftfreq(n, 1 / n, device=fields.device)
     shell = (k[:, None] ** 2 + k[None, :] ** 2).sqrt().round().long().clamp(max=n // 2 + 1)
     power = f.abs().pow(2).flatten(-2)  # [..., n*n]
@@ -54,10 +67,12 @@ def isotropic_spectrum(fields: torch.Tensor) -> torch.Tensor:
     return out[..., : n // 2 + 1]
 
 
-def high_wavenumber_ratio(prediction: torch.Tensor, truth: torch.Tensor, k_cut: int):
+def high_wavenumber_ratio(
+    prediction: torch.Tensor, truth: torch.Tensor, k_cut: int, taper: bool = False
+):
     """Eq. M3 on square fields [S, T, C, n, n] -> [T, C] (energies summed over samples)."""
-    e_hat = isotropic_spectrum(prediction)[..., k_cut:].sum(-1).sum(0)
-    e = isotropic_spectrum(truth)[..., k_cut:].sum(-1).sum(0)
+    e_hat = isotropic_spectrum(prediction, taper)[..., k_cut:].sum(-1).sum(0)
+    e = isotropic_spectrum(truth, taper)[..., k_cut:].sum(-1).sum(0)
     return e_hat / e.clamp(min=1e-12)
 
 

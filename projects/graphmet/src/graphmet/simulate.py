@@ -37,7 +37,10 @@ def streamfunction(omega_hat: torch.Tensor, k2: torch.Tensor) -> torch.Tensor:
 
 
 class KolmogorovFlow:
-    """Eq. S1 on an n x n grid, batched over trajectories (float64 spectral state)."""
+    """Eq. S1 on an n x n grid, batched over trajectories. The spectral state is complex64
+    (float32 fields), as the random initial state is; a test passes complex128 to check the
+    invariants. The flow is chaotic, so float rounding differences between machines (BLAS, FFT
+    builds) grow: runs are repeatable on one machine, not bit-identical across machines."""
 
     def __init__(
         self,

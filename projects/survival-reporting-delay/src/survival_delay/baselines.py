@@ -4,6 +4,9 @@
 - naive transfer:   naive fit on the source, then the target's PH shift gamma, delays ignored
 - IPW/chain-ladder: each reported target event weighted by 1 / F_D(c_i - T_i) (the chance it had
                     been reported by tau; delay law from the source), then a weighted PH fit
+- IPW transfer:     the same source fit as the transfer (theta_S, phi_S); only the target's shift
+                    gamma is fitted, from the IPW-weighted target events (the fair rival of the
+                    transfer: same stage 1, a different stage 2)
 - target-only:      the joint model (Eq. M1) fitted on the target alone, no transfer
 - source-only:      the source's joint fit applied to the target (gamma = 0)
 - oracle:           the target's true event times up to L (no delays, no administrative censoring)
@@ -27,6 +30,7 @@ def _event_only_fit(
     weights: torch.Tensor,
     start: Blocks | None,
     free: tuple[str, ...],
+    gamma_prior_sd: float | None = GAMMA_PRIOR_SD,
 ) -> Blocks:
     """Weighted right-censored fit (Eq. H4): reported events exact (weight w), others censored."""
     rep = cohort.reported
@@ -36,7 +40,7 @@ def _event_only_fit(
 
     def objective(b: Blocks) -> torch.Tensor:
         ll = model.event.weighted_loglik(b["theta"], t, rep.double(), w, cohort.x, b["gamma"])
-        prior = log_prior(b, GAMMA_PRIOR_SD) if "gamma" in free else 0.0
+        prior = log_prior(b, gamma_prior_sd) if "gamma" in free else 0.0
         return (ll + prior) / len(cohort)
 
     return lbfgs_maximize(objective, start, free)
@@ -47,23 +51,52 @@ def naive(model: JointModel, target: Cohort) -> Blocks:
     return _event_only_fit(model, target, torch.ones_like(target.window), None, ("theta",))
 
 
-def naive_transfer(model: JointModel, source: Cohort, target: Cohort) -> Blocks:
-    """Naive fit on the source, then only gamma on the target (isolates the delay model; the
-    same N(0, 1) prior on gamma as the transfer estimator)."""
-    source_blocks = naive(model, source)
+def naive_transfer(
+    model: JointModel,
+    source: Cohort,
+    target: Cohort,
+    gamma_prior_sd: float | None = GAMMA_PRIOR_SD,
+    source_blocks: Blocks | None = None,
+) -> Blocks:
+    """Naive fit on the source (unless given), then only gamma on the target (isolates the
+    delay model; the same N(0, s^2) prior on gamma as the transfer estimator)."""
+    source_blocks = source_blocks or naive(model, source)
     ones = torch.ones_like(target.window)
-    return _event_only_fit(model, target, ones, source_blocks, ("gamma",))
+    start = {**source_blocks, "gamma": torch.zeros_like(source_blocks["gamma"])}
+    return _event_only_fit(model, target, ones, start, ("gamma",), gamma_prior_sd)
+
+
+def ipw_weights(
+    model: JointModel, target: Cohort, delay_params: torch.Tensor, max_weight: float = 20.0
+) -> torch.Tensor:
+    """1 / F_D(c_i - T_i) for reported subjects (the chance the event had been reported by
+    tau), capped at ``max_weight``; 1 for the others (their weight is unused)."""
+    rep = target.reported
+    lag = torch.where(rep, target.window - target.event_time, torch.ones_like(target.window))
+    report_prob = model.delay.cdf(delay_params, lag, target.x)
+    return (1 / report_prob.clamp_min(1 / max_weight)).detach()
 
 
 def ipw(
     model: JointModel, target: Cohort, delay_params: torch.Tensor, max_weight: float = 20.0
 ) -> Blocks:
     """Chain-ladder style inflation: weight 1 / F_D(c_i - T_i), capped at ``max_weight``."""
-    rep = target.reported
-    lag = torch.where(rep, target.window - target.event_time, torch.ones_like(target.window))
-    report_prob = model.delay.cdf(delay_params, lag, target.x)
-    weights = (1 / report_prob.clamp_min(1 / max_weight)).detach()
+    weights = ipw_weights(model, target, delay_params, max_weight)
     return _event_only_fit(model, target, weights, None, ("theta",))
+
+
+def ipw_transfer(
+    model: JointModel,
+    target: Cohort,
+    source_blocks: Blocks,
+    gamma_prior_sd: float | None = GAMMA_PRIOR_SD,
+    max_weight: float = 20.0,
+) -> Blocks:
+    """The transfer's stage 1 (theta_S, phi_S), then gamma from the IPW-weighted target events
+    (reported events weighted by 1 / F_D(c - T) under phi_S; the others censored at c')."""
+    weights = ipw_weights(model, target, source_blocks["phi"], max_weight)
+    start = {**source_blocks, "gamma": torch.zeros_like(source_blocks["gamma"])}
+    return _event_only_fit(model, target, weights, start, ("gamma",), gamma_prior_sd)
 
 
 def target_only(model: JointModel, target: Cohort) -> Blocks:

@@ -40,7 +40,11 @@ from survival_delay.hazards import PHComponent, make_family
 class Cohort:
     """One cohort's observed data (float64 tensors, [N] unless noted).
 
-    ``event_time`` and ``delay`` hold NaN for unreported subjects.
+    ``event_time`` and ``delay`` hold NaN for unreported subjects. ``event_width`` and
+    ``delay_width`` (optional, >= 0) make a reported time interval-censored on
+    [T, T + width) (Eq. H5 of hazards.py): dates known to the day give width = 1 day, so an
+    event on the enrolment date (T = 0) or a same-day report (D = 0) has a finite likelihood.
+    Width 0 (or None) is an exact time.
     """
 
     x: torch.Tensor  # [N, F]
@@ -49,13 +53,20 @@ class Cohort:
     reported: torch.Tensor  # bool
     event_time: torch.Tensor  # T_i (reported only)
     delay: torch.Tensor  # D_i (reported only)
+    event_width: torch.Tensor | None = None  # T_i in [T_i, T_i + width)
+    delay_width: torch.Tensor | None = None  # D_i in [D_i, D_i + width)
 
     def __len__(self) -> int:
         return self.x.shape[0]
 
     def subset(self, index) -> Cohort:
         index = torch.as_tensor(index)
-        return Cohort(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+        return Cohort(
+            *(
+                None if getattr(self, f) is None else getattr(self, f)[index]
+                for f in self.__dataclass_fields__
+            )
+        )
 
     def check(self) -> Cohort:
         """Raise ValueError on inconsistent data (reports after tau, exposure > window, ...)."""
@@ -63,6 +74,10 @@ class Cohort:
         for name in ("window", "exposure", "reported", "event_time", "delay"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"Cohort.{name} must have shape [{n}]")
+        for name in ("event_width", "delay_width"):
+            width = getattr(self, name)
+            if width is not None and (width.shape != (n,) or (width < 0).any()):
+                raise ValueError(f"Cohort.{name} must have shape [{n}] and be >= 0")
         if (self.exposure < 0).any() or (self.exposure > self.window + 1e-9).any():
             raise ValueError("need 0 <= exposure (c') <= window (c) for every subject")
         rep = self.reported
@@ -72,6 +87,9 @@ class Cohort:
         if (t > self.exposure[rep] + 1e-9).any() or (t + d > self.window[rep] + 1e-9).any():
             raise ValueError("a reported event lies outside its exposure or its report after tau")
         return self
+
+
+NEGLIGIBLE = 40.0  # I below e^-40 S_T(c') leaves log(S + I) unchanged in float64
 
 
 @dataclass
@@ -108,29 +126,49 @@ class JointModel:
         return nodes, log_w
 
     def log_unreported_terms(self, theta, phi, gamma, cohort: Cohort):
-        """log S_T(c') and log I (Eq. M2) for every subject: two [N] tensors."""
+        """log S_T(c') and log I (Eq. M2) for every subject: two [N] tensors.
+
+        Quadrature runs only where I can matter. Since S_D is decreasing and c - t >= c - c',
+        I <= F_T(c') S_D(c - c') (M2b); where that bound is below e^-40 S_T(c') (a window far
+        past the exposure end, e.g. delay-free data), the bound stands in for I, which changes
+        log(S_T(c') + I) by less than 1e-17 and skips the [N, K] work for those subjects.
+        """
         log_s = self.event.log_survival(theta, cohort.exposure, cohort.x, gamma)  # [N]
-        nodes, log_w = self.quadrature(cohort.exposure)  # [N, K]
-        log_f = self.event.log_density(theta, nodes, cohort.x, gamma)  # [N, K]
-        lag = (cohort.window.unsqueeze(-1) - nodes).clamp_min(0)  # c - t, [N, K]
-        log_sd = self.delay.log_survival(phi, lag, cohort.x)  # [N, K]
-        log_i = torch.logsumexp(log_w + log_f + log_sd, dim=-1)  # [N]
-        log_i = torch.where(cohort.exposure > 0, log_i, torch.full_like(log_i, -torch.inf))
+        positive = cohort.exposure > 0  # (c' = 0 has I = 0; keep its gradient NaN-free)
+        safe_s = torch.where(positive, log_s, torch.full_like(log_s, -1.0))
+        log_f_edge = torch.log(-torch.expm1(safe_s))  # log F_T(c')
+        slack = (cohort.window - cohort.exposure).clamp_min(0)
+        log_bound = log_f_edge + self.delay.log_survival(phi, slack, cohort.x)  # Eq. (M2b), [N]
+        need = (log_bound.detach() >= log_s.detach() - NEGLIGIBLE) & positive
+        log_i = torch.where(positive, log_bound, torch.full_like(log_s, -torch.inf))
+        index = need.nonzero(as_tuple=True)
+        if len(index[0]):
+            sub = cohort.subset(index[0])
+            nodes, log_w = self.quadrature(sub.exposure)  # [U, K]
+            log_f = self.event.log_density(theta, nodes, sub.x, gamma)  # [U, K]
+            lag = (sub.window.unsqueeze(-1) - nodes).clamp_min(0)  # c - t, [U, K]
+            log_sd = self.delay.log_survival(phi, lag, sub.x)  # [U, K]
+            log_i = log_i.index_put(index, torch.logsumexp(log_w + log_f + log_sd, dim=-1))
         return log_s, log_i
 
     def loglik(self, theta, phi, cohort: Cohort, gamma=0.0, per_subject=False) -> torch.Tensor:
-        """Eq. (M1): the marginal log-likelihood (a scalar, or [N] with ``per_subject``)."""
+        """Eq. (M1): the marginal log-likelihood (a scalar, or [N] with ``per_subject``).
+
+        A reported time with a width > 0 contributes its interval probability (Eq. H5) instead
+        of its density: log P(T in [T_i, T_i + w)) + log P(D in [D_i, D_i + w')).
+        """
         rep = cohort.reported
         t = torch.where(rep, cohort.event_time, cohort.exposure)  # NaN-free placeholders
         d = torch.where(rep, cohort.delay, torch.ones_like(cohort.delay))
-        log_rep = self.event.log_density(theta, t, cohort.x, gamma) + self.delay.log_density(
-            phi, d, cohort.x
-        )
+        log_rep = self.event.log_observed(
+            theta, t, cohort.event_width, cohort.x, gamma
+        ) + self.delay.log_observed(phi, d, cohort.delay_width, cohort.x)
         terms = log_rep.clone()
         unrep = ~rep
         if unrep.any():
             log_s, log_i = self.log_unreported_terms(theta, phi, gamma, cohort.subset(unrep))
-            terms = terms.masked_scatter(unrep, torch.logaddexp(log_s, log_i))  # [N]
+            index = unrep.nonzero(as_tuple=True)
+            terms = terms.index_put(index, torch.logaddexp(log_s, log_i))  # [N]
         return terms if per_subject else terms.sum()
 
     def posterior_event_prob(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:

@@ -13,8 +13,22 @@ plus an as-of date tau. Times become years since enrolment (days / 365.25). Rule
     - claims reported after tau are not yet known at tau and are dropped (so one snapshot of the
       tables can be cut at several as-of dates); claims whose event lies after the lapse or
       after coverage L are not counted events (the policy is simply event-free in coverage);
+    - the first event must be the one observed (ConfigError otherwise): a policy whose earliest
+      counted event is still unreported at tau while a later claim of it is reported has an
+      unobserved first event (the model's T), and keeping the later claim as "the first event"
+      would bias T upwards; such policies are refused, naming their ids. The rule can only be
+      checked when the claims table holds claims reported after tau (a later snapshot cut at
+      tau, which is the recommended input); from a snapshot taken at tau it cannot be seen;
     - covariates must be numeric and complete.
 Window c = tau - enroll, exposure c' = min(c, L, lapse - enroll).
+
+Dates known to the day (every enrolment, event and report date at midnight, the usual export)
+are day-resolution times: enrolment starts at the beginning of its day, an event on day e
+happened in [e, e + 1 day), and reports dated tau are known at tau (the window runs to the end
+of tau's day, c = tau - enroll + 1 day). Reported T and D are then interval-censored on
+[T, T + 1 day) and [D, D + 1 day) in the likelihood (Eq. H5 of hazards.py), so events on the
+enrolment date (T = 0) and same-day reports (D = 0) are ordinary data. With times of day,
+times are exact.
 
 The DataModule hands the whole cohort to the LightningModule as one batch (one shard per
 process under DDP, so each process runs the E-step and the likelihood on its own subjects).
@@ -131,6 +145,12 @@ def tables_to_cohort(
         bad = claims.loc[report < event, "id"].tolist()[:5]
         raise DataFormatError(f"claims reported before their event date (ids {bad})")
     claims = claims.assign(event_date=event, report_date=report)
+    day_resolution = all(
+        bool((dates.dropna() == dates.dropna().dt.normalize()).all())
+        for dates in (enroll, event, report)
+    )
+    day = pd.Timedelta(days=1) if day_resolution else pd.Timedelta(0)
+    _refuse_hidden_first_events(policies, enroll, lapse, claims, tau, day, horizon_years)
     claims = claims[claims["report_date"] <= tau]  # not yet known at tau
     if claims["id"].duplicated().any():
         if multiple_claims == "error":
@@ -151,7 +171,7 @@ def tables_to_cohort(
         bad = frame.loc[frame["event_date"] < frame["enroll"], "id"].tolist()[:5]
         raise DataFormatError(f"claims with an event before enrolment (ids {bad})")
     years = lambda delta: delta.dt.total_seconds().to_numpy() / 86400 / DAYS_PER_YEAR  # noqa: E731
-    window = years(tau - frame["enroll"])
+    window = years(tau + day - frame["enroll"])
     to_lapse = years(frame["lapse"] - frame["enroll"])
     exposure = np.fmin(
         np.minimum(window, horizon_years), np.where(np.isnan(to_lapse), np.inf, to_lapse)
@@ -159,7 +179,8 @@ def tables_to_cohort(
     exposure = np.clip(exposure, 0, None)
     t = years(frame["event_date"] - frame["enroll"])
     d = years(frame["report_date"] - frame["event_date"])
-    reported = ~np.isnan(t) & (t <= exposure)
+    reported = ~np.isnan(t) & (t < exposure if day_resolution else t <= exposure)
+    width = np.where(reported, day.total_seconds() / 86400 / DAYS_PER_YEAR, 0.0)
     cohort = Cohort(
         torch.as_tensor(x.to_numpy(float)),
         torch.as_tensor(window),
@@ -167,8 +188,50 @@ def tables_to_cohort(
         torch.as_tensor(reported),
         torch.as_tensor(np.where(reported, t, np.nan)),
         torch.as_tensor(np.where(reported, d, np.nan)),
+        torch.as_tensor(width) if day_resolution else None,
+        torch.as_tensor(width) if day_resolution else None,
     )
     return cohort.check(), frame.assign(window=window, exposure=exposure, reported=reported)
+
+
+def _refuse_hidden_first_events(
+    policies: pd.DataFrame,
+    enroll: pd.Series,
+    lapse: pd.Series,
+    claims: pd.DataFrame,
+    tau: pd.Timestamp,
+    day: pd.Timedelta,
+    horizon_years: float,
+) -> None:
+    """ConfigError naming the policies whose first counted event is unreported at tau while a
+    later claim of theirs is reported (the module docstring's first-event rule)."""
+    ends = pd.DataFrame({"id": policies["id"], "enroll": enroll, "lapse": lapse})
+    merged = claims.merge(ends, on="id")
+    coverage_end = merged["enroll"] + pd.to_timedelta(horizon_years * DAYS_PER_YEAR, unit="D")
+    cut = pd.Series(tau + day, index=merged.index)
+    end = pd.concat([coverage_end, merged["lapse"].fillna(coverage_end), cut], axis=1).min(axis=1)
+    inside = merged["event_date"] < end if day_resolution(day) else merged["event_date"] <= end
+    counted = merged[inside]
+    if counted.empty:
+        return
+    counted = counted.sort_values(["id", "event_date", "report_date"])
+    first_unreported = counted.groupby("id")["report_date"].first() > tau
+    any_reported = (counted["report_date"] <= tau).groupby(counted["id"]).any()
+    hidden = first_unreported & any_reported
+    if hidden.any():
+        ids = hidden[hidden].index.tolist()
+        raise ConfigError(
+            f"policies {ids[:20]}{' ...' if len(ids) > 20 else ''} ({len(ids)} in all) have a "
+            f"first claim event still unreported at the as-of date {tau.date()} while a later "
+            "claim of theirs is reported. The model is for the first event, which for these "
+            "policies is unobserved (not the later reported one), so they cannot be used as "
+            "they are: drop these policies, or choose an as-of date by which their first claim "
+            "is reported."
+        )
+
+
+def day_resolution(day: pd.Timedelta) -> bool:
+    return day > pd.Timedelta(0)
 
 
 def load_tables(
@@ -237,6 +300,7 @@ class SurvivalDelayDataModule(LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.target_truth: np.ndarray | None = None
+        self.target_ids: np.ndarray | None = None  # policy ids (real tables), else row numbers
 
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
@@ -246,13 +310,18 @@ class SurvivalDelayDataModule(LightningDataModule):
                 raise ConfigError(
                     "real tables need the snapshot's as-of date: --data.as_of=YYYY-MM-DD"
                 )
-            cohort = load_tables(h.root, h.as_of, h.horizon)
+            folder = resolve_data_root(h.root, DATASET, EXPECTED, HOW_TO_GET)
+            cohort, frame = tables_to_cohort(
+                _read_table(folder, "policies"), _read_table(folder, "claims"), h.as_of, h.horizon
+            )
             if cohort.x.shape[1] != h.n_features:
                 raise ConfigError(
                     f"the policies table has {cohort.x.shape[1]} covariates but "
                     f"data.n_features={h.n_features}; set --data.n_features={cohort.x.shape[1]}"
                 )
             self.source, self.target = split_by_window(cohort, h.min_source_window)
+            long = cohort.window.numpy() >= h.min_source_window
+            self.target_ids = frame["id"].to_numpy()[~long]
             return
         beta = (0.5, -0.3, 0.2, 0.0)[: h.n_features] + (0.0,) * max(0, h.n_features - 4)
         truth = Truth(beta=beta, gamma=h.gamma, horizon=h.horizon)
@@ -276,4 +345,7 @@ class SurvivalDelayDataModule(LightningDataModule):
         return self._loader()
 
     def val_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def test_dataloader(self) -> DataLoader:
         return self._loader()

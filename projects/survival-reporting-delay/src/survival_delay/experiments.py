@@ -1,9 +1,8 @@
 """The claim experiment's studies (plumbing around core/fitting/transfer/baselines).
 
-- ``simulation_study``: known truth; every estimator's target timely risk at several target
-  windows; bias and RMSE over replications; MCEM vs direct on the first replications.
+- ``source_fits`` / ``estimate_all``: every estimator's target timely risk from one source and
+  one target (the claim experiment in claim.py calls them per replication).
 - ``consistency_study``: parameter RMSE of the joint fit as n grows.
-- ``bootstrap_interval``: nonparametric bootstrap (both stages resampled) of the timely risk.
 - ``rossi_study``: semi-synthetic study on lifelines' ``load_rossi`` (real covariates and arrest
   times; simulated enrolment calendar and reporting delays).
 """
@@ -11,21 +10,20 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from papers_eval import bootstrap_ci
 from survival_delay import baselines
 from survival_delay.core import Cohort, JointModel
 from survival_delay.fitting import Blocks, MCEMSchedule, fit_direct
 from survival_delay.simulate import Truth, observe, simulate_cohort
-from survival_delay.transfer import fit_joint, mean_risk, transfer
+from survival_delay.transfer import GAMMA_PRIOR_SD, fit_joint, mean_risk, transfer
 
-PRACTICAL = ("naive", "naive_transfer", "ipw", "target_only", "source_only", "transfer")
-ESTIMATORS = (*PRACTICAL, "oracle")
+# Estimators a practitioner can run on the target (everything but the oracles).
+USABLE = ("naive", "naive_transfer", "ipw", "ipw_transfer", "target_only", "source_only")
+ESTIMATORS = ("transfer", "transfer_direct", *USABLE, "full_information", "oracle")
 
 
 def _safe(fn: Callable[[], float]) -> float:
@@ -37,134 +35,101 @@ def _safe(fn: Callable[[], float]) -> float:
     return value if math.isfinite(value) else math.nan
 
 
+def source_fits(
+    model: JointModel,
+    source: Cohort,
+    mcem: bool = True,
+    schedule: MCEMSchedule | None = None,
+    seed: int = 0,
+) -> dict[str, Blocks]:
+    """Stage 1 once per source: the direct ML fit, the MCEM fit (optional), the naive fit."""
+    fits = {"direct": fit_direct(model, source), "naive": baselines.naive(model, source)}
+    if mcem:
+        fits["mcem"] = fit_joint(model, source, "mcem", schedule=schedule, seed=seed)
+    return fits
+
+
 def estimate_all(
     model: JointModel,
     source: Cohort,
     target: Cohort,
-    oracle_cohort: Cohort,
     horizon: float,
-    source_blocks: Blocks,
-    naive_source: Blocks,
-) -> dict[str, float]:
-    """Every estimator's mean timely risk of the target cohort (source fits given)."""
-    x = target.x
-
-    def risk(blocks_fn):
-        return lambda: mean_risk(model, blocks_fn(), x, horizon)
-
-    def naive_transfer():
-        ones = torch.ones(len(target), dtype=torch.float64)
-        return baselines._event_only_fit(model, target, ones, naive_source, ("gamma",))
-
-    fitted = transfer(model, source, target, horizon, source_blocks=source_blocks)
-    out = {
-        "naive": _safe(risk(lambda: baselines.naive(model, target))),
-        "naive_transfer": _safe(risk(naive_transfer)),
-        "ipw": _safe(risk(lambda: baselines.ipw(model, target, source_blocks["phi"]))),
-        "target_only": _safe(risk(lambda: baselines.target_only(model, target))),
-        "source_only": _safe(risk(lambda: source_blocks)),
-        "transfer": fitted.mean_risk,
-        "oracle": _safe(risk(lambda: baselines.oracle(model, oracle_cohort))),
-    }
-    out["transfer_ibnr"] = fitted.ibnr
-    out["transfer_gamma"] = float(fitted.target["gamma"])
-    return out
-
-
-def summarise(errors: dict[str, list[float]], seed: int = 0) -> dict[str, dict]:
-    """Bias and RMSE (with percentile-bootstrap intervals over replications) per estimator."""
-    out = {}
-    for name, values in errors.items():
-        e = np.asarray(values, dtype=float)
-        ok = e[np.isfinite(e)]
-        if ok.size == 0:
-            out[name] = {"bias": math.nan, "rmse": math.nan, "failed": int(e.size)}
-            continue
-        bias_ci = bootstrap_ci(ok, seed=seed, n_resamples=1000)
-        rmse_ci = bootstrap_ci(
-            ok, lambda v: float(np.sqrt(np.mean(v**2))), seed=seed, n_resamples=1000
-        )
-        out[name] = {
-            "bias": {"mean": float(ok.mean()), "ci": list(bias_ci)},
-            "rmse": {"mean": float(np.sqrt(np.mean(ok**2))), "ci": list(rmse_ci)},
-            "failed": int(e.size - ok.size),
-        }
-    return out
-
-
-def simulation_study(
-    reps: int,
-    windows: tuple[float, ...],
-    truth: Truth,
-    n_source: int = 3000,
-    n_target: int = 1000,
-    mcem_reps: int = 0,
+    fits: dict[str, Blocks],
+    params: dict[str, dict] | None = None,
+    oracle_cohort: Cohort | None = None,
+    truth_blocks: Blocks | None = None,
     schedule: MCEMSchedule | None = None,
     seed: int = 0,
-    log: Callable[[str], None] = print,
-) -> dict:
-    """Replications with one source and one target per window; errors vs the true mean risk."""
-    model = JointModel.build(len(truth.beta))
-    errors = {w: {e: [] for e in ESTIMATORS} for w in windows}
-    ibnr = {w: [] for w in windows}
-    agreement = {w: [] for w in windows}
-    theta_gap, mcem_seconds = [], []
-    for r in range(reps):
-        rng = np.random.default_rng([seed, r])
-        source = simulate_cohort(n_source, (1.0, 3.0), truth, 0.0, rng)
-        source_blocks = fit_direct(model, source.cohort)
-        naive_source = baselines.naive(model, source.cohort)
-        mcem_source = None
-        if r < mcem_reps:
-            start = time.perf_counter()
-            mcem_source = fit_joint(model, source.cohort, "mcem", schedule=schedule, seed=r)
-            mcem_seconds.append(time.perf_counter() - start)
-            theta_gap.append(
-                max(
-                    float((mcem_source[b] - source_blocks[b]).abs().max()) for b in ("theta", "phi")
-                )
-            )
-        for w in windows:
-            target = simulate_cohort(n_target, (0.0, w), truth, truth.gamma, rng)
-            truth_risk = float(target.true_risk.mean())
-            est = estimate_all(
+    subjects: tuple[str, ...] | None = None,
+) -> dict[str, float]:
+    """Mean timely risk of the target cohort for each estimator in ``subjects`` (default: every
+    one whose inputs are given). ``fits``: ``source_fits``; ``params``: subject -> knobs
+    (``gamma_prior_sd`` for the estimators that fit a shift, ``max_weight`` for the IPW ones).
+
+    ``transfer`` is the paper's procedure computed by MCEM in both stages; ``transfer_direct``
+    the same estimator computed by direct ML (quadrature). ``transfer`` also reports its IBNR
+    count (Eq. T3) as ``transfer_ibnr`` and its shift as ``transfer_gamma``.
+    """
+    params = params or {}
+    x = target.x
+
+    def knob(subject: str, name: str, default):
+        return params.get(subject, {}).get(name, default)
+
+    def risk(blocks: Blocks) -> float:
+        return mean_risk(model, blocks, x, horizon)
+
+    extra: dict[str, float] = {}
+
+    def two_stage(subject: str, method: str) -> float:
+        fitted = transfer(
+            model, source, target, horizon, method, fits[method], schedule, seed,
+            knob(subject, "gamma_prior_sd", GAMMA_PRIOR_SD),
+        )  # fmt: skip
+        if subject == "transfer":
+            extra["transfer_ibnr"] = fitted.ibnr
+            extra["transfer_gamma"] = float(fitted.target["gamma"])
+        return fitted.mean_risk
+
+    phi_s = fits["direct"]["phi"]
+    table: dict[str, Callable[[], float]] = {
+        "transfer": lambda: two_stage("transfer", "mcem"),
+        "transfer_direct": lambda: two_stage("transfer_direct", "direct"),
+        "naive": lambda: risk(baselines.naive(model, target)),
+        "naive_transfer": lambda: risk(
+            baselines.naive_transfer(
                 model,
-                source.cohort,
-                target.cohort,
-                target.oracle_cohort(truth.horizon),
-                truth.horizon,
-                source_blocks,
-                naive_source,
-            )
-            for e in ESTIMATORS:
-                errors[w][e].append(est[e] - truth_risk)
-            ibnr[w].append(est["transfer_ibnr"] - target.ibnr)
-            if mcem_source is not None:
-                mc = transfer(
-                    model,
-                    source.cohort,
-                    target.cohort,
-                    truth.horizon,
-                    "mcem",
-                    mcem_source,
-                    schedule,
-                    seed=r,
-                )
-                agreement[w].append(mc.mean_risk - est["transfer"])
-        log(f"replication {r + 1}/{reps} done")
-    result = {}
-    for w in windows:
-        result[w] = {
-            "estimators": summarise(errors[w], seed),
-            "ibnr_error": {"mean": float(np.mean(ibnr[w])), "mae": float(np.mean(np.abs(ibnr[w])))},
-            "mcem_minus_direct_risk": [float(v) for v in agreement[w]],
-        }
-    return {
-        "windows": result,
-        "mcem_source_param_gap": theta_gap,
-        "mcem_source_seconds": mcem_seconds,
-        "raw_errors": {str(w): errors[w] for w in windows},
+                source,
+                target,
+                knob("naive_transfer", "gamma_prior_sd", GAMMA_PRIOR_SD),
+                fits["naive"],
+            )  # fmt: skip
+        ),
+        "ipw": lambda: risk(baselines.ipw(model, target, phi_s, knob("ipw", "max_weight", 20.0))),
+        "ipw_transfer": lambda: risk(
+            baselines.ipw_transfer(
+                model,
+                target,
+                fits["direct"],
+                knob("ipw_transfer", "gamma_prior_sd", GAMMA_PRIOR_SD),
+                knob("ipw_transfer", "max_weight", 20.0),
+            )  # fmt: skip
+        ),
+        "target_only": lambda: risk(baselines.target_only(model, target)),
+        "source_only": lambda: risk(fits["direct"]),
+        "full_information": lambda: risk(baselines.oracle(model, oracle_cohort)),
+        "oracle": lambda: risk(truth_blocks),
     }
+    if subjects is None:
+        subjects = tuple(
+            s
+            for s in table
+            if not (s == "transfer" and "mcem" not in fits)
+            and not (s == "full_information" and oracle_cohort is None)
+            and not (s == "oracle" and truth_blocks is None)
+        )
+    out = {s: _safe(table[s]) for s in subjects}
+    return {**out, **extra}
 
 
 def consistency_study(
@@ -186,72 +151,6 @@ def consistency_study(
             sq.append(float((torch.cat([b["theta"], b["phi"]]) - target).square().mean()))
         out[n] = float(np.sqrt(np.mean(sq)))
     return out
-
-
-def bootstrap_interval(
-    model: JointModel,
-    source: Cohort,
-    target: Cohort,
-    horizon: float,
-    resamples: int,
-    seed: int = 0,
-    source_blocks: Blocks | None = None,
-) -> tuple[float, float, float]:
-    """Point estimate and 95% percentile interval of the transfer timely risk.
-
-    Both stages are refitted on each resample (subjects drawn with replacement within the
-    source and within the target), warm-started at the full-data fit.
-    """
-    full = transfer(model, source, target, horizon, source_blocks=source_blocks)
-    g = torch.Generator().manual_seed(seed)
-    draws = []
-    for _ in range(resamples):
-        s_idx = torch.randint(len(source), (len(source),), generator=g)
-        t_idx = torch.randint(len(target), (len(target),), generator=g)
-        src_b = fit_direct(model, source.subset(s_idx), full.source)
-        draws.append(
-            _safe(
-                lambda src_b=src_b, t_idx=t_idx: (
-                    transfer(
-                        model, source, target.subset(t_idx), horizon, source_blocks=src_b
-                    ).mean_risk
-                )
-            )
-        )
-    ok = np.asarray([d for d in draws if math.isfinite(d)])
-    lo, hi = np.percentile(ok, [2.5, 97.5])
-    return full.mean_risk, float(lo), float(hi)
-
-
-def bootstrap_coverage(
-    reps: int,
-    window: float,
-    resamples: int,
-    truth: Truth,
-    n_source: int = 3000,
-    n_target: int = 1000,
-    seed: int = 0,
-) -> dict:
-    """Share of replications whose bootstrap 95% interval covers the true mean timely risk."""
-    model = JointModel.build(len(truth.beta))
-    covered, widths = [], []
-    for r in range(reps):
-        rng = np.random.default_rng([seed, 7, r])
-        source = simulate_cohort(n_source, (1.0, 3.0), truth, 0.0, rng)
-        target = simulate_cohort(n_target, (0.0, window), truth, truth.gamma, rng)
-        _, lo, hi = bootstrap_interval(
-            model, source.cohort, target.cohort, truth.horizon, resamples, seed + r
-        )
-        risk = float(target.true_risk.mean())
-        covered.append(lo <= risk <= hi)
-        widths.append(hi - lo)
-    return {
-        "window": window,
-        "replications": reps,
-        "resamples": resamples,
-        "coverage": float(np.mean(covered)),
-        "mean_width": float(np.mean(widths)),
-    }
 
 
 # ---------------------------------------------------------------- semi-synthetic: rossi
@@ -334,53 +233,32 @@ def rossi_study(
     draws: int,
     windows: tuple[float, ...] = (13.0, 26.0),
     horizon: float = 52.0,
-    mcem_draws: int = 0,
-    schedule: MCEMSchedule | None = None,
+    params: dict[str, dict] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Errors of each estimator's target risk vs the target's observed 52-week arrest rate."""
+    """Mean absolute and root mean squared error of each estimator's target risk against the
+    target's observed 52-week arrest rate (direct ML in stage 1; MCEM's gap is in the
+    simulation)."""
     model = JointModel.build(len(ROSSI_COVARIATES))
-    names = (*ESTIMATORS, "cox_naive", "transfer_mcem")
     result = {}
     for w in windows:
-        errors = {e: [] for e in names}
+        errors: dict[str, list[float]] = {}
         observed = []
         for k in range(draws):
             data = rossi_cohorts(k, w, horizon)
-            source_blocks = fit_direct(model, data["source"])
-            naive_source = baselines.naive(model, data["source"])
+            fits = source_fits(model, data["source"], mcem=False)
             est = estimate_all(
-                model,
-                data["source"],
-                data["target"],
-                data["oracle"],
-                horizon,
-                source_blocks,
-                naive_source,
-            )
+                model, data["source"], data["target"], horizon, fits, params,
+                oracle_cohort=data["oracle"],
+            )  # fmt: skip
             est["cox_naive"] = _safe(lambda data=data: _cox_naive(data, horizon))
-            est["transfer_mcem"] = math.nan
-            if k < mcem_draws:
-                est["transfer_mcem"] = _safe(
-                    lambda data=data: (
-                        transfer(
-                            model,
-                            data["source"],
-                            data["target"],
-                            horizon,
-                            "mcem",
-                            schedule=schedule,
-                            seed=k,  # noqa: B023 (called at once, inside the loop)
-                        ).mean_risk
-                    )
-                )
-            for e in names:
-                if e != "transfer_mcem" or k < mcem_draws:
-                    errors[e].append(est[e] - data["observed_risk"])
+            for name in (*ESTIMATORS, "cox_naive"):
+                if name in est:
+                    errors.setdefault(name, []).append(est[name] - data["observed_risk"])
             observed.append(data["observed_risk"])
-        summary = summarise(errors)
-        if mcem_draws == 0:
-            summary.pop("transfer_mcem")
-        result[w] = {"estimators": summary, "observed_risk_mean": float(np.mean(observed))}
+        result[w] = {
+            "rmse": {n: float(np.sqrt(np.nanmean(np.square(e)))) for n, e in errors.items()},
+            "observed_risk_mean": float(np.mean(observed)),
+        }
         log(f"rossi window {w:g} weeks done")
     return result

@@ -81,6 +81,40 @@ def default_start(model: JointModel, cohort: Cohort) -> Blocks:
     return {k: v.to(cohort.x.device) for k, v in start.items()}
 
 
+def warm_start(model: JointModel, cohort: Cohort) -> Blocks:
+    """A start near the joint MLE for a few cheap fits: theta from the event-only fit (reported
+    events exact, the rest censored at c', Eq. H4) and phi from the reported delays alone. Both
+    ignore the unreported events' mass, so they are exact when reports are prompt relative to
+    the windows and close otherwise; the joint L-BFGS then needs a few quadrature evaluations.
+    """
+    start = default_start(model, cohort)
+    rep = cohort.reported
+    if not rep.any():
+        return start
+    t = torch.where(rep, cohort.event_time, cohort.exposure)
+    ones = torch.ones_like(cohort.window)
+    event_width = (
+        None if cohort.event_width is None else torch.where(rep, cohort.event_width, 0 * ones)
+    )
+
+    def event_part(b: Blocks) -> torch.Tensor:
+        return model.event.weighted_loglik(
+            b["theta"], t, rep.double(), ones, cohort.x, b["gamma"], event_width
+        ) / len(cohort)
+
+    start = lbfgs_maximize(event_part, start, ("theta",))
+    delay_width = None if cohort.delay_width is None else cohort.delay_width[rep]
+
+    def delay_part(b: Blocks) -> torch.Tensor:
+        d = cohort.delay[rep]
+        flags = torch.ones_like(d)
+        return model.delay.weighted_loglik(
+            b["phi"], d, flags, flags, cohort.x[rep], 0.0, delay_width
+        ) / len(d)
+
+    return lbfgs_maximize(delay_part, start, ("phi",))
+
+
 def log_prior(b: Blocks, gamma_prior_sd: float | None) -> torch.Tensor:
     """Optional N(0, sd^2) prior on the cohort shift gamma (shrinks a tiny target to the source)."""
     if gamma_prior_sd is None:
@@ -96,8 +130,9 @@ def fit_direct(
     reduce=None,
     gamma_prior_sd: float | None = None,
 ) -> Blocks:
-    """Direct ML (or MAP in gamma) of Eq. (M1) (quadrature for Eq. M2) over ``free`` blocks."""
-    start = start or default_start(model, cohort)
+    """Direct ML (or MAP in gamma) of Eq. (M1) (quadrature for Eq. M2) over ``free`` blocks,
+    from ``start`` or else from ``warm_start``."""
+    start = start or warm_start(model, cohort)
     n = len(cohort)
 
     def objective(b: Blocks) -> torch.Tensor:
@@ -107,13 +142,68 @@ def fit_direct(
     return lbfgs_maximize(objective, start, free, reduce=reduce)
 
 
+def _flatten(blocks: Blocks, free: tuple[str, ...]) -> torch.Tensor:
+    return torch.cat([blocks[k].reshape(-1) for k in free]).detach()
+
+
+def _unflatten(vector: torch.Tensor, blocks: Blocks, free: tuple[str, ...]) -> Blocks:
+    out, offset = dict(blocks), 0
+    for k in free:
+        n = blocks[k].numel()
+        out[k] = vector[offset : offset + n].reshape(blocks[k].shape)
+        offset += n
+    return out
+
+
+def sandwich_covariance(
+    model: JointModel, cohort: Cohort, blocks: Blocks, free: tuple[str, ...] = ("theta", "phi")
+) -> torch.Tensor:
+    """Robust (sandwich) covariance of the ML estimate of Eq. (M1) over the ``free`` blocks,
+    flattened in that order:
+
+        V = A^-1 B A^-1,  A = -d^2 l / d v^2 (observed information),  B = sum_i s_i s_i'   (V)
+
+    with s_i the gradient of subject i's term of Eq. (M1). Under a correct model A = B in
+    expectation and V is the inverse information; under misspecification V stays valid for
+    the pseudo-true parameter. Per-subject scores come from forward-mode AD ([N, P], P passes).
+    """
+    flat = _flatten(blocks, free)
+
+    def per_subject(vector: torch.Tensor) -> torch.Tensor:
+        b = _unflatten(vector, blocks, free)
+        return model.loglik(b["theta"], b["phi"], cohort, b["gamma"], per_subject=True)
+
+    scores = torch.autograd.functional.jacobian(
+        per_subject, flat, vectorize=True, strategy="forward-mode"
+    )  # [N, P]
+    hessian = torch.autograd.functional.hessian(lambda v: per_subject(v).sum(), flat)  # [P, P]
+    a_inv = torch.linalg.inv(-hessian)
+    return a_inv @ (scores.T @ scores) @ a_inv
+
+
+def delta_method_se(
+    function: Callable[[Blocks], torch.Tensor],
+    blocks: Blocks,
+    covariance: torch.Tensor,
+    free: tuple[str, ...] = ("theta", "phi"),
+) -> float:
+    """Standard error of a scalar ``function(blocks)`` (e.g. a mean timely risk) from the
+    covariance of the flattened ``free`` blocks: sqrt(g' V g), g its gradient."""
+    flat = _flatten(blocks, free).requires_grad_()
+    value = function(_unflatten(flat, blocks, free))
+    (grad,) = torch.autograd.grad(value, flat)
+    return float((grad @ covariance @ grad).clamp_min(0).sqrt())
+
+
 @dataclass
 class MonteCarloRows:
     """The E-step draws as rows of two weighted right-censored data sets (Eq. Q).
 
-    Event rows: reported events (exact, weight 1); each unreported subject censored at c' with
-    weight #{m: Z=0}/M; each draw with Z=1 exact at T^(m) with weight 1/M.
-    Delay rows: reported delays (exact, weight 1); draws with Z=1 censored at c - T^(m), 1/M.
+    Event rows: reported events (exact, or interval-censored when the cohort gives a width;
+    weight 1); each unreported subject censored at c' with weight #{m: Z=0}/M; each draw with
+    Z=1 exact at T^(m) with weight 1/M.
+    Delay rows: reported delays (as the events, weight 1); draws with Z=1 censored at
+    c - T^(m), weight 1/M.
     Only non-zero rows are kept, so the M-step costs O(N + sum_i pi_i M), not O(N M).
     """
 
@@ -125,6 +215,8 @@ class MonteCarloRows:
     delay_flag: torch.Tensor
     delay_weight: torch.Tensor
     delay_x: torch.Tensor
+    event_width: torch.Tensor | None = None  # [J] (0 = exact), None when all rows are exact
+    delay_width: torch.Tensor | None = None
 
     @classmethod
     def build(cls, cohort: Cohort, z: torch.Tensor, t: torch.Tensor) -> MonteCarloRows:
@@ -140,6 +232,12 @@ class MonteCarloRows:
         event_weight = torch.cat([one.expand(n_rep), no_event, one.expand(n_imp) / draws])
         event_x = torch.cat([cohort.x[rep], cohort.x[unrep], cohort.x[subj]])
         lag = (cohort.window[subj] - t_imp).clamp_min(0)
+
+        def widths(width: torch.Tensor | None, n_zero: int) -> torch.Tensor | None:
+            if width is None:
+                return None
+            return torch.cat([width[rep], torch.zeros_like(one).expand(n_zero)])
+
         return cls(
             event_time,
             event_flag,
@@ -149,20 +247,69 @@ class MonteCarloRows:
             torch.cat([one.expand(n_rep), 0 * one.expand(n_imp)]),
             torch.cat([one.expand(n_rep), one.expand(n_imp) / draws]),
             torch.cat([cohort.x[rep], cohort.x[subj]]),
+            widths(cohort.event_width, n_unrep + n_imp),
+            widths(cohort.delay_width, n_imp),
         )
+
+    @classmethod
+    def concat(cls, parts: list[MonteCarloRows]) -> MonteCarloRows:
+        """Rows of several subject chunks as one data set (the M-step sums over rows)."""
+        first = parts[0]
+        values = {}
+        for name in first.__dataclass_fields__:
+            pieces = [getattr(p, name) for p in parts]
+            values[name] = None if pieces[0] is None else torch.cat(pieces)
+        return cls(**values)
+
+
+E_STEP_CHUNK = 16_384  # subjects per E-step chunk: [chunk, 256] grid + [chunk, M] draws
+
+
+def e_step_rows(
+    model: JointModel,
+    blocks: Blocks,
+    cohort: Cohort,
+    draws: int,
+    generator: torch.Generator,
+    chunk: int = E_STEP_CHUNK,
+) -> MonteCarloRows:
+    """The E-step (Eqs. E1-E2) in bounded memory: subjects in chunks of ``chunk``, each chunk's
+    draws turned into its Monte Carlo rows at once, so the peak holds one chunk's [chunk, G]
+    posterior grid and [chunk, M] draws, never [N, M]. One chunk (N <= chunk) draws exactly
+    what the unchunked sampler draws."""
+    parts = []
+    for begin in range(0, len(cohort), chunk):
+        sub = cohort.subset(torch.arange(begin, min(begin + chunk, len(cohort))))
+        z, t = sample_posterior(
+            model, blocks["theta"], blocks["phi"], sub, draws, generator, blocks["gamma"]
+        )
+        parts.append(MonteCarloRows.build(sub, z, t))
+    return MonteCarloRows.concat(parts)
 
 
 def q_event(model: JointModel, b: Blocks, rows: MonteCarloRows) -> torch.Tensor:
     """Q_T of Eq. (Q) as a weighted right-censored log-likelihood (Eq. H4)."""
     return model.event.weighted_loglik(
-        b["theta"], rows.event_time, rows.event_flag, rows.event_weight, rows.event_x, b["gamma"]
+        b["theta"],
+        rows.event_time,
+        rows.event_flag,
+        rows.event_weight,
+        rows.event_x,
+        b["gamma"],
+        rows.event_width,
     )
 
 
 def q_delay(model: JointModel, b: Blocks, rows: MonteCarloRows) -> torch.Tensor:
     """Q_D of Eq. (Q) as a weighted right-censored log-likelihood (Eq. H4)."""
     return model.delay.weighted_loglik(
-        b["phi"], rows.delay_time, rows.delay_flag, rows.delay_weight, rows.delay_x
+        b["phi"],
+        rows.delay_time,
+        rows.delay_flag,
+        rows.delay_weight,
+        rows.delay_x,
+        0.0,
+        rows.delay_width,
     )
 
 
@@ -204,10 +351,8 @@ def mcem_iteration(
 ) -> Blocks:
     """One E-step (Eqs. E1-E2) and one M-step (Eq. Q), warm-started at ``blocks``."""
     with torch.no_grad():
-        z, t = sample_posterior(
-            model, blocks["theta"], blocks["phi"], cohort, draws, generator, blocks["gamma"]
-        )
-    rows, n = MonteCarloRows.build(cohort, z, t), len(cohort)
+        rows = e_step_rows(model, blocks, cohort, draws, generator)
+    n = len(cohort)
     event_free = tuple(k for k in free if k in ("theta", "gamma"))
     if event_free:
         blocks = lbfgs_maximize(

@@ -7,6 +7,9 @@ in proportional-hazards form, with an optional cohort offset gamma (the "risk sh
     H(t | x) = H0(t; b) * exp(x'beta + gamma)                                   (H2)
     S(t | x) = exp(-H(t | x)),   f(t | x) = h(t | x) S(t | x)                   (H3)
 
+A time recorded to a day is interval-censored on [t, t + w) (w = one day):
+    P(t <= T < t + w | x) = S(t | x) - S(t + w | x)                             (H5)
+
 A component's parameters are one flat vector ``params = [b (n_baseline), beta (n_coef)]``.
 Baselines (all parameters unconstrained):
 
@@ -208,11 +211,39 @@ class PHComponent:
             [self.family.init_baseline(time_scale), torch.zeros(self.n_coef, dtype=torch.float64)]
         )
 
-    def weighted_loglik(self, params, t, event, weight, x, offset=0.0) -> torch.Tensor:
+    def log_interval_prob(self, params, t, width, x, offset=0.0) -> torch.Tensor:
+        """log P(t <= T < t + width) = -H(t) + log(1 - exp(-(H(t + width) - H(t))))   (H5).
+
+        The likelihood of a time known to a day (interval-censored on [t, t + width)); it stays
+        finite at t = 0 (a same-day report, an event on the enrolment date). ``width`` > 0.
+        """
+        lower = self.cumhaz(params, t, x, offset)
+        upper = self.cumhaz(params, t + width, x, offset)
+        return -lower + torch.log((-torch.expm1(lower - upper)).clamp_min(1e-300))
+
+    def log_observed(self, params, t, width, x, offset=0.0) -> torch.Tensor:
+        """log f(t) where ``width`` is 0 (an exact time), Eq. (H5) where it is > 0."""
+        log_f = self.log_density(params, t, x, offset)
+        if width is None:
+            return log_f
+        interval = width > 0
+        safe = torch.where(interval, width, torch.ones_like(width))
+        return torch.where(interval, self.log_interval_prob(params, t, safe, x, offset), log_f)
+
+    def weighted_loglik(self, params, t, event, weight, x, offset=0.0, width=None) -> torch.Tensor:
         """Weighted right-censored log-likelihood sum_j w_j [d_j log h(t_j) - H(t_j)]  (H4).
 
-        Rows j are [J] (or [J, M] with x [J, F]); ``event`` is 0/1; weights are >= 0.
+        Rows j are [J] (or [J, M] with x [J, F]); ``event`` is 0/1; weights are >= 0. An event
+        row with ``width`` > 0 is interval-censored on [t, t + width): its d log h(t) becomes
+        log(1 - exp(-(H(t + width) - H(t)))), so that the row contributes Eq. (H5).
         """
         log_h = self.log_hazard(params, t, x, offset)
+        cumhaz = self.cumhaz(params, t, x, offset)
+        if width is not None:
+            interval = (event > 0) & (width > 0)
+            safe = torch.where(interval, width, torch.ones_like(width))
+            step = self.cumhaz(params, t + safe, x, offset) - cumhaz
+            log_step = torch.log((-torch.expm1(-step)).clamp_min(1e-300))
+            log_h = torch.where(interval, log_step, log_h)
         log_h = torch.where(event > 0, log_h, torch.zeros_like(log_h))
-        return (weight * (event * log_h - self.cumhaz(params, t, x, offset))).sum()
+        return (weight * (event * log_h - cumhaz)).sum()

@@ -9,11 +9,22 @@ shift gamma (transfer stage 2, Eq. T1) and logs the timely risk and the expected
 
 Under DDP every process holds a shard of the subjects; the objective and its gradient inside
 each L-BFGS step are all-reduced, so the processes take identical steps on the full-data
-likelihood, and each draws its own shard's E-step samples (seed + rank).
+likelihood, and each draws its own shard's E-step samples (the shared ``SeedEveryStep`` seeds
+every step from (seed, rank, epoch, batch); the E-step's generator is seeded from it).
+
+Persistence: there is no optimizer step (L-BFGS runs inside the M-steps), so Lightning's
+``ModelCheckpoint`` never fires; papers-cli's ``FitEndCheckpoint`` writes ``last.ckpt`` at the
+end of the fit, and the MCEM state that lives outside the parameters (the current iterate, the
+iterates being averaged, the stopping counter) is saved in it, so a resumed fit continues
+exactly. At the end of every fit rank 0 also writes ``fitted_params.json`` and the per-policy
+``timely_risk.csv`` (persist.py) into the run folder. ``train test --ckpt_path last.ckpt``
+evaluates the saved parameters on the target (no refit): ``test/timely_risk``, ``test/ibnr``
+and, for simulated data, ``test/risk_error``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -30,6 +41,7 @@ from survival_delay.fitting import (
     mcem_iteration,
 )
 from survival_delay.hazards import DelayFamily, EventFamily
+from survival_delay.persist import save_fit
 
 # M_k = start_draws * growth^k must not shrink from one MCEM iteration to the next.
 Growth = restricted_number_type(None, float, (">=", 1))  # unnamed: see papers-cli's README
@@ -95,9 +107,17 @@ class JointHazardModule(LightningModule):
     def blocks(self) -> dict[str, torch.Tensor]:
         return {"theta": self.theta.data, "phi": self.phi.data, "gamma": self.gamma.data}
 
-    def on_fit_start(self) -> None:
-        seed = torch.initial_seed() % 2**31 + self.global_rank
-        self.generator = torch.Generator().manual_seed(seed)
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["mcem_state"] = {
+            "chain": self._chain,
+            "history": self._history,
+            "calm": self._calm,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("mcem_state")
+        if state is not None:
+            self._chain, self._history, self._calm = state["chain"], state["history"], state["calm"]
 
     def training_step(self, batch, batch_idx):
         source = batch["source"]
@@ -107,8 +127,10 @@ class JointHazardModule(LightningModule):
         draws = self.schedule.draws(self.current_epoch)
         free = ("theta", "phi")
         if self.hparams.method == "mcem":
+            # Seeded per (seed, rank, epoch) by SeedEveryStep: resumed runs repeat the draws.
+            generator = torch.Generator().manual_seed(torch.initial_seed())
             new = mcem_iteration(
-                self.joint, source, self._chain, free, draws, self.generator,
+                self.joint, source, self._chain, free, draws, generator,
                 self.schedule.m_step_iter, self._reduce,
             )  # fmt: skip
         else:
@@ -152,6 +174,42 @@ class JointHazardModule(LightningModule):
         if truth is not None:
             metrics["val/risk_error"] = metrics["val/timely_risk"] - float(truth.mean())
         self.log_dict(metrics, prog_bar=True, batch_size=len(target))
+
+    def test_step(self, batch, batch_idx):
+        """The saved parameters' evaluation on the target (no refit of gamma)."""
+        target = batch["target"]
+        theta, phi, gamma = self.theta.data, self.phi.data, self.gamma.data
+        risk = self.joint.timely_risk(theta, target.x, self.hparams.horizon, gamma)
+        ibnr = self.joint.expected_ibnr(theta, phi, target, gamma)
+        metrics = {
+            "test/gamma": float(gamma),
+            "test/timely_risk": self._reduce(risk.mean()),
+            "test/ibnr": self._reduce(ibnr) * self.trainer.world_size,
+        }
+        truth = getattr(self.trainer.datamodule, "target_truth", None)
+        if truth is not None:
+            metrics["test/risk_error"] = metrics["test/timely_risk"] - float(truth.mean())
+        self.log_dict(metrics, batch_size=len(target))
+
+    def on_fit_end(self) -> None:
+        """Rank 0 writes fitted_params.json and timely_risk.csv (persist.py) to the run folder."""
+        trainer = self.trainer
+        # log_dir broadcasts rank 0's folder under DDP: a collective every rank must join.
+        folder = Path(trainer.log_dir or trainer.default_root_dir)
+        if trainer.global_rank != 0 or trainer.sanity_checking or trainer.fast_dev_run:
+            return
+        data = trainer.datamodule
+        config = {
+            k: self.hparams[k]
+            for k in (
+                "n_features", "event_family", "delay_family", "delay_covariates", "cuts",
+                "quad_nodes", "horizon",
+            )
+        }  # fmt: skip
+        save_fit(
+            folder, self.joint, self.blocks(), config, data.target,
+            getattr(data, "target_ids", None),
+        )  # fmt: skip
 
     def configure_optimizers(self):
         return None  # L-BFGS runs inside the M-steps (fitting.py) on the full data

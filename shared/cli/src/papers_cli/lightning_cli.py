@@ -14,6 +14,8 @@ What it adds to ``lightning.pytorch.cli.LightningCLI``:
   fit took no optimizer step (``FitEndCheckpoint``), so ``train test --ckpt_path`` always has
   something to load;
 - ``save_config_kwargs={"overwrite": True}`` so reruns in the same folder do not fail;
+- ``train test|validate|predict --ckpt_path`` with a missing file, or with a checkpoint whose
+  shapes differ from the model the config builds, is a ``ConfigError``, not a traceback;
 - user-facing errors (missing data, bad input) print one paragraph and exit 2.
 """
 
@@ -38,7 +40,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer  # noqa: E402
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar  # noqa: E402
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
-from papers_cli.errors import TRACEBACK_ENV, UserError, user_errors  # noqa: E402
+from papers_cli.errors import TRACEBACK_ENV, ConfigError, UserError, user_errors  # noqa: E402
 from papers_cli.projects import find_project, project_dir_of  # noqa: E402
 from papers_gpu import (  # noqa: E402
     PeakMemoryMonitor,
@@ -195,6 +197,27 @@ class PapersCLI(LightningCLI):
             **kwargs,
         )
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        ckpt_path = self.config_init[subcommand].get("ckpt_path")
+        if ckpt_path not in (None, "last", "best", "hpc") and not Path(ckpt_path).is_file():
+            raise ConfigError(
+                f"--ckpt_path {ckpt_path} is not a file. Checkpoints of `uv run train` are under "
+                f"runs/{self.slug}/ (look for *.ckpt)."
+            )
+        try:
+            super()._run_subcommand(subcommand)
+        except RuntimeError as error:
+            if "Error(s) in loading state_dict" not in str(error):
+                raise
+            lines = str(error).splitlines()
+            detail = lines[1].strip() if len(lines) > 1 else "parameter names or shapes differ"
+            raise ConfigError(
+                f"The checkpoint {ckpt_path} does not fit the model this command built "
+                f"({detail}). Build the model it was "
+                "trained with: pass the same --config files and --model options, e.g. the "
+                "config.yaml saved beside that run's logs."
+            ) from error
+
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         # A progress bar among the defaults would make `--trainer.enable_progress_bar false`
         # an error; every fit re-seeds per step and saves at least one checkpoint.
@@ -275,6 +298,8 @@ def quiet_fit(
 
     Order: ``config_files``, then ``QUIET_RUN_ARGS`` (so no config turns logging back on), then
     ``overrides`` (which may, deliberately). ``callbacks`` replace the interactive defaults.
+    Nothing is written: no logger, no checkpoint and no ``runs/<slug>/config.yaml``, so a
+    claim experiment leaves the working directory as it found it.
     """
     configs = [f"--config={path}" for path in config_files]
     return cli_main(
@@ -284,6 +309,7 @@ def quiet_fit(
         args=[*configs, f"--seed_everything={seed}", *QUIET_RUN_ARGS, *overrides],
         cli_class=cli_class,
         trainer_defaults_override={"callbacks": list(callbacks), "enable_progress_bar": False},
+        save_config_callback=None,
     )
 
 

@@ -1,0 +1,1 @@
+"""Learning What Evaluators Value: A Reliable Approach to Modeling Evaluator Preferences."""
