@@ -34,7 +34,9 @@ from lightning.pytorch import LightningDataModule, LightningModule
 
 from repo_helpers import PROJECTS, needs_projects
 
-FREE_TEXT = re.compile(r"^(root|files|variables|pretrained|checkpoint|name)$|_(path|file|dir|id)$")
+FREE_TEXT = re.compile(
+    r"^(root|files|pretrained|checkpoint|name)$|(^|_)variables$|_(path|file|dir|id)$"
+)
 UNBOUNDED = {
     "AsyncDiffusionModule.schedule_init": "raw log-increment the learned schedule starts from",
     "AsyncDiffusionModule.time_loc": "location of the logit-normal time density",

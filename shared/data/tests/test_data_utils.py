@@ -112,15 +112,71 @@ def test_bundled_sklearn_digits():
     assert set(labels.tolist()) == set(range(10))
 
 
-def test_epoch_shuffle_depends_only_on_seed_and_epoch():
+def test_epoch_shuffle_is_a_seeded_stream_read_from_the_consumed_position():
     from papers_data import EpochShuffle
 
-    epoch = {"now": 0}
-    order = EpochShuffle(10, seed=3, epoch=lambda: epoch["now"])
+    position = {"now": 0}
+    order = EpochShuffle(10, seed=3, consumed=lambda: position["now"])
     first = list(order)
     assert sorted(first) == list(range(10)) and len(order) == 10
     torch.manual_seed(123)  # the global generator plays no part
     assert list(order) == first
-    epoch["now"] = 1
-    assert list(order) != first
-    assert list(EpochShuffle(10, seed=4, epoch=lambda: 0)) != first
+    position["now"] = 10
+    second = list(order)
+    assert sorted(second) == list(range(10)) and second != first
+    position["now"] = 4  # mid-stream: the rest of the first shuffle, then the second's start
+    assert list(order) == first[4:] + second[:4]
+    assert list(EpochShuffle(10, seed=4, consumed=lambda: 0)) != first
+
+
+def test_a_resumed_fit_reads_the_same_batches_from_an_epoch_shuffle(tmp_path):
+    """Straight 10 steps vs 5 steps, checkpoint at the epoch's end, resume: the same batches,
+    whether the checkpoint was written at the end of training or after validation."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from papers_data import EpochShuffle
+
+    class Record(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+            self.seen: list[int] = []
+
+        def training_step(self, batch, _):
+            self.seen.extend(batch[0].tolist())
+            return (self.w - 1).pow(2).sum()
+
+        def validation_step(self, batch, _):
+            pass
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(steps, root, validate, ckpt_path=None):
+        trainer = L.Trainer(
+            max_steps=steps,
+            max_epochs=-1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+            default_root_dir=root,
+            limit_val_batches=1 if validate else 0,
+            num_sanity_val_steps=0,
+        )
+        model = Record()
+        order = EpochShuffle(20, 5, consumed=lambda: trainer.global_step * 4)
+        train = DataLoader(TensorDataset(torch.arange(20)), batch_size=4, sampler=order)
+        val = DataLoader(TensorDataset(torch.arange(2)), batch_size=2)
+        trainer.fit(model, train, val, ckpt_path=ckpt_path)
+        return model.seen, trainer
+
+    for validate in (False, True):
+        straight, _ = fit(10, tmp_path / f"s{validate}", validate)
+        first, half = fit(5, tmp_path / f"h{validate}", validate)
+        checkpoint = (
+            half.checkpoint_callback.best_model_path or half.checkpoint_callback.last_model_path
+        )
+        rest, _ = fit(10, tmp_path / f"r{validate}", validate, ckpt_path=checkpoint)
+        assert first + rest == straight and straight[:20] != straight[20:], validate

@@ -34,7 +34,13 @@ from torch.utils.data import DataLoader, Dataset
 from graphmet.mesh import WeatherGraph, icosahedral_graph, periodic_graph, regional_graph
 from graphmet.simulate import advect_trajectories, coarse_grain, kolmogorov_trajectories
 from papers_cli import ConfigError
-from papers_data import DatasetNotFoundError, EpochShuffle, cached_generate, resolve_data_root
+from papers_data import (
+    DatasetNotFoundError,
+    EpochShuffle,
+    cached_generate,
+    drawn_by_trainer,
+    resolve_data_root,
+)
 
 HOW_TO_GET = (
     "Put netCDF (*.nc) files or zarr stores (*.zarr) with dimensions (time, [level,] latitude, "
@@ -460,11 +466,14 @@ class GraphmetDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # An order that depends only on (seed, epoch): a resumed run sees the same batches.
-        epoch = lambda: self.trainer.current_epoch if self.trainer is not None else 0  # noqa: E731
         return DataLoader(
             self.train_set,
             batch_size=self.hparams.batch_size,
-            sampler=EpochShuffle(len(self.train_set), self.hparams.seed, epoch),
+            sampler=EpochShuffle(
+                len(self.train_set),
+                self.hparams.seed,
+                drawn_by_trainer(self, self.hparams.batch_size),
+            ),
             num_workers=self.hparams.num_workers,
             drop_last=len(self.train_set) >= self.hparams.batch_size,
         )

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from monotone_preferences.core import apply_directions
 from monotone_preferences.simulate import reference_sd, simulate
 from papers_cli import ConfigError
-from papers_data import EpochShuffle, seeded_split
+from papers_data import EpochShuffle, drawn_by_trainer, seeded_split
 from papers_gpu import run_seed
 
 Correlation = restricted_number_type(None, float, [(">", -0.3), ("<", 1.0)])
@@ -310,7 +310,9 @@ class MonotonePreferencesDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # An order fixed by (seed, epoch), so a resumed run sees the uninterrupted run's batches.
-        order = EpochShuffle(len(self.train_set), self.seed, lambda: self.trainer.current_epoch)
+        order = EpochShuffle(
+            len(self.train_set), self.seed, drawn_by_trainer(self, self.hparams.batch_size)
+        )
         return self._loader(self.train_set, sampler=order)
 
     def val_dataloader(self) -> DataLoader:

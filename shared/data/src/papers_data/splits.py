@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,22 +25,44 @@ def seeded_split(n: int, fractions: Sequence[float], seed: int) -> list[np.ndarr
 
 
 class EpochShuffle(Sampler[int]):
-    """A shuffle of ``range(n)`` that depends only on (seed, epoch), read when the epoch's first
-    batch is drawn.
+    """An endless stream of shuffles of ``range(n)`` (shuffle ``e`` fixed by ``(seed, e)``), from
+    which each epoch reads ``n`` indices, starting at the position ``consumed()`` gives.
 
-    A DataLoader's ``shuffle=True`` draws its order from the global generator when its iterator
-    starts, and Lightning starts the first epoch's iterator of a run earlier than the others, so
-    a run resumed from a checkpoint would see another order than the uninterrupted run. Pass
-    ``epoch=lambda: trainer.current_epoch`` (e.g. from a DataModule's ``self.trainer``).
+    ``shuffle=True`` draws the order from the global generator, and an order keyed on the epoch
+    number is not enough either: a run resumed from a checkpoint saved at an epoch's end restarts
+    Lightning's epoch bookkeeping in states where the epoch number, or the number of batches left
+    in the restored epoch, differs from the uninterrupted run's. The optimizer step count is
+    restored exactly, so key the position on it: pass
+    ``consumed=lambda: trainer.global_step * samples_per_step`` (batch size x devices x gradient
+    accumulation); a resumed run then reads the uninterrupted run's batches.
     """
 
-    def __init__(self, n: int, seed: int, epoch: Callable[[], int]) -> None:
-        self.n, self.seed, self.epoch = n, seed, epoch
+    def __init__(self, n: int, seed: int, consumed: Callable[[], int]) -> None:
+        self.n, self.seed, self.consumed = n, seed, consumed
+
+    def _shuffle(self, epoch: int) -> list[int]:
+        words = np.random.SeedSequence([self.seed, epoch]).generate_state(2)
+        generator = torch.Generator().manual_seed(int(words[0]) << 32 | int(words[1]))
+        return torch.randperm(self.n, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[int]:
-        words = np.random.SeedSequence([self.seed, self.epoch()]).generate_state(2)
-        generator = torch.Generator().manual_seed(int(words[0]) << 32 | int(words[1]))
-        yield from torch.randperm(self.n, generator=generator).tolist()
+        epoch, offset = divmod(self.consumed(), self.n)
+        yield from self._shuffle(epoch)[offset:]
+        yield from self._shuffle(epoch + 1)[:offset]
 
     def __len__(self) -> int:
         return self.n
+
+
+def drawn_by_trainer(datamodule: Any, batch_size: int) -> Callable[[], int]:
+    """``consumed`` for an ``EpochShuffle`` built in a DataModule: the samples its trainer's
+    optimizer steps have drawn so far (0 while no trainer is attached)."""
+
+    def consumed() -> int:
+        trainer = getattr(datamodule, "trainer", None)
+        if trainer is None:
+            return 0
+        per_step = batch_size * trainer.accumulate_grad_batches * trainer.world_size
+        return trainer.global_step * per_step
+
+    return consumed
