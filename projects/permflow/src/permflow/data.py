@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from papers_cli import ConfigError
 from papers_data import (
     EpochShuffle,
+    drawn_by_trainer,
     load_mnist_5k,
     read_idx,
     require_files,
@@ -435,21 +436,18 @@ class PermutationDataModule(L.LightningDataModule):
             self.splits[split] = SlapDataset({k: v[idx] for k, v in data.items()})
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        # EpochShuffle: the order depends only on (seed, epoch), so a resumed run sees the
-        # batches the uninterrupted run saw (shuffle=True would draw from the global generator).
+        # EpochShuffle: the order depends only on (seed, optimizer steps taken), so a resumed run
+        # sees the batches the uninterrupted run saw (shuffle=True draws from the global generator).
         sampler = None
         if shuffle:
-            sampler = EpochShuffle(len(self.splits[split]), self.hparams.seed, self._epoch)
+            drawn = drawn_by_trainer(self, self.hparams.batch_size)
+            sampler = EpochShuffle(len(self.splits[split]), self.hparams.seed, drawn)
         return DataLoader(
             self.splits[split],
             batch_size=self.hparams.batch_size,
             sampler=sampler,
             num_workers=self.hparams.num_workers,
         )
-
-    def _epoch(self) -> int:
-        trainer = getattr(self, "trainer", None)
-        return trainer.current_epoch if trainer is not None else 0
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)
