@@ -440,8 +440,9 @@ class PermutationDataModule(L.LightningDataModule):
         # sees the batches the uninterrupted run saw (shuffle=True draws from the global generator).
         sampler = None
         if shuffle:
-            drawn = drawn_by_trainer(self, self.hparams.batch_size)
-            sampler = EpochShuffle(len(self.splits[split]), self.hparams.seed, drawn)
+            n = len(self.splits[split])
+            drawn = drawn_by_trainer(self, n, self.hparams.batch_size)
+            sampler = EpochShuffle(n, self.hparams.seed, drawn)
         return DataLoader(
             self.splits[split],
             batch_size=self.hparams.batch_size,
