@@ -656,7 +656,8 @@ class UnlearningDataModule(LightningDataModule):
         sampler = None
         if shuffle:
             stream_seed = self.hparams.seed * 16 + seed_offset
-            sampler = EpochShuffle(len(dataset), stream_seed, drawn_by_trainer(self, batch_size))
+            drawn = drawn_by_trainer(self, len(dataset), batch_size)
+            sampler = EpochShuffle(len(dataset), stream_seed, drawn)
         return DataLoader(
             dataset,
             batch_size=batch_size,
