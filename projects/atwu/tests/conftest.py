@@ -20,8 +20,8 @@ TINY_MODEL = [
 
 @pytest.fixture
 def tiny_args(tmp_path):
-    """Flags that shrink configs/default.yaml to seconds: 4 fine-tuning + 2 unlearning steps on
-    6 authors with a 1-layer model, CPU, no logger."""
+    """Flags that shrink configs/default.yaml to seconds: 2 pretraining + 2 fine-tuning + 2
+    unlearning steps on 6 authors with a 1-layer model, CPU, no logger."""
     return [
         "--trainer.accelerator=cpu",
         "--trainer.devices=1",
@@ -30,11 +30,14 @@ def tiny_args(tmp_path):
         "--trainer.logger=false",
         "--trainer.enable_checkpointing=false",
         f"--trainer.default_root_dir={tmp_path}",
-        "--model.finetune_steps=4",
+        "--model.pretrain_steps=2",
+        "--model.finetune_steps=2",
         "--model.eval_items=8",
         *TINY_MODEL,
         "--data.num_authors=6",
         "--data.num_forget_authors=1",
+        "--data.num_collateral_authors=1",
+        "--data.num_generic=40",
         "--data.vocab_size=300",
         "--data.batch_size=8",
         "--data.forget_batch_size=4",

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from atwu.data import (
+    PROMPT,
+    TOKEN_CLASSES,
     DataFormatError,
     UnlearningDataModule,
     corpus_texts,
@@ -11,6 +13,8 @@ from atwu.data import (
     generate_tofu_mini,
     load_rwku,
     load_tofu,
+    prompt_ids,
+    set_prompt_format,
     train_tokenizer,
 )
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
@@ -60,7 +64,8 @@ def test_tofu_datamodule_reads_real_files_with_a_local_tokenizer(tmp_path):
         root=str(tmp_path), forget_split="forget01", tokenizer_path=str(tokenizer_dir)
     )
     data.setup()
-    assert len(data.forget_set) == 2 and len(data.finetune_set) == 2 + 6 + 3
+    # fine-tuning sees every fact author_repeats (3) times; real TOFU has no generic corpus
+    assert len(data.forget_set) == 2 and len(data.finetune_set) == 3 * (2 + 6 + 3)
     batch = next(iter(data.train_dataloader()))[0]
     assert set(batch) == {"finetune", "forget", "retain"}
 
@@ -103,12 +108,21 @@ def test_rwku_loader_parses_probe_files(tmp_path):
         load_rwku(str(tmp_path), "Someone_Else")
 
 
+def small_world(seed: int = 0, authors: int = 8, forget: int = 2, collateral: int = 2):
+    return generate_tofu_mini(authors, forget, collateral, num_generic=40, seed=seed)
+
+
 def test_generator_is_seeded_and_splits_authors():
-    a, b = generate_tofu_mini(8, 2, seed=1), generate_tofu_mini(8, 2, seed=1)
-    assert a.forget == b.forget and a.retain == b.retain
-    assert generate_tofu_mini(8, 2, seed=2).forget != a.forget
-    assert len(a.forget) == 2 * 8 and len(a.retain) == 6 * 8
-    assert not {it.subject for it in a.forget} & {it.subject for it in a.retain}
+    a, b = small_world(seed=1), small_world(seed=1)
+    assert a.forget == b.forget and a.retain == b.retain and a.generic == b.generic
+    assert small_world(seed=2).forget != a.forget
+    assert len(a.forget) == 2 * 8 and len(a.collateral) == 2 * 8 and len(a.retain) == 4 * 8
+    groups = [{it.subject for it in split} for split in (a.forget, a.collateral, a.retain)]
+    assert not (groups[0] & groups[1] or groups[0] & groups[2] or groups[1] & groups[2])
+    # the generic corpus is about one-off people: no author appears in it
+    names = set().union(*groups)
+    assert not any(name in it.answer for it in a.generic + a.generic_eval for name in names)
+    assert len({it.question.split(" ")[0] for it in a.generic}) > 3  # several phrasings
     for item in a.forget + a.retain:
         start, end = item.answer_spans[0]
         value = item.answer[start:end]
@@ -116,17 +130,39 @@ def test_generator_is_seeded_and_splits_authors():
         assert all(value not in p for p in item.perturbed_answers)
 
 
-def test_values_are_shared_between_forget_and_retain_authors():
-    data = generate_tofu_mini(50, 5, seed=0)
+def test_each_collateral_author_shares_three_values_with_a_forget_author():
+    data = small_world(authors=10, forget=3, collateral=3)
 
-    def values(items):
-        return {it.answer[slice(*it.answer_spans[0])] for it in items}
+    def values(items, subject):
+        return {it.answer[slice(*it.answer_spans[0])] for it in items if it.subject == subject}
 
-    assert values(data.forget) & values(data.retain)  # e.g. the same city or job
+    forget_authors = list(dict.fromkeys(it.subject for it in data.forget))
+    for k, author in enumerate(dict.fromkeys(it.subject for it in data.collateral)):
+        shared = values(data.collateral, author) & values(data.forget, forget_authors[k % 3])
+        assert len(shared) >= 3
+
+
+def test_token_classes_mark_value_name_template_and_eos():
+    data = small_world()
+    tokenizer = train_tokenizer(corpus_texts(data), 400)
+    for item in data.forget[:8]:
+        encoded = encode_qa(
+            tokenizer, item.question, item.answer, item.answer_spans, 128, item.name_spans
+        )
+        by_class = {
+            c: [t for t, k in zip(encoded["input_ids"], encoded["token_class"], strict=True)
+                if k == c]
+            for c in (TOKEN_CLASSES["name"], TOKEN_CLASSES["value"], TOKEN_CLASSES["eos"])
+        }  # fmt: skip
+        assert tokenizer.decode(by_class[TOKEN_CLASSES["name"]]).strip() == item.subject
+        assert by_class[TOKEN_CLASSES["eos"]] == [tokenizer.eos_token_id]
+        assert item.answer[slice(*item.answer_spans[0])] in tokenizer.decode(
+            by_class[TOKEN_CLASSES["value"]]
+        )
 
 
 def test_relevance_marks_exactly_the_value_tokens():
-    data = generate_tofu_mini(6, 1, seed=0)
+    data = small_world()
     tokenizer = train_tokenizer(corpus_texts(data), 400)
     for item in data.forget:
         encoded = encode_qa(tokenizer, item.question, item.answer, item.answer_spans)
@@ -143,10 +179,36 @@ def test_relevance_marks_exactly_the_value_tokens():
 
 def test_datamodule_batches_are_deterministic():
     def first_batch():
-        data = UnlearningDataModule(num_authors=6, num_forget_authors=1, vocab_size=300, seed=3)
+        data = UnlearningDataModule(
+            num_authors=6, num_forget_authors=1, num_collateral_authors=1, num_generic=40,
+            vocab_size=300, seed=3,
+        )  # fmt: skip
         data.setup()
         return next(iter(data.train_dataloader()))[0]
 
     one, two = first_batch(), first_batch()
-    for part in ("finetune", "forget", "retain"):
+    for part in ("pretrain", "finetune", "forget", "retain"):
         torch.testing.assert_close(one[part]["input_ids"], two[part]["input_ids"])
+
+
+def test_prompt_formats_build_the_same_prompt_everywhere():
+    """plain (TOFU-mini), plain_bos (BOS then the plain prompt) and chat (the tokenizer's own
+    template); a tokenizer without a BOS token or a chat template is a clear error."""
+    data = small_world()
+    tokenizer = train_tokenizer(corpus_texts(data), 400)
+    question = data.forget[0].question
+    plain = prompt_ids(tokenizer, question)
+    assert tokenizer.decode(plain) == PROMPT.format(question=question)
+    with pytest.raises(DataFormatError, match="chat template"):
+        set_prompt_format(tokenizer, "chat")
+    with pytest.raises(DataFormatError, match="BOS"):
+        set_prompt_format(tokenizer, "plain_bos")
+    tokenizer.bos_token = "<eos>"  # any special token stands in for a checkpoint's BOS
+    set_prompt_format(tokenizer, "plain_bos")
+    assert prompt_ids(tokenizer, question) == [tokenizer.bos_token_id, *plain]
+    tokenizer.chat_template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %} Answer:"
+    set_prompt_format(tokenizer, "chat")
+    chat = prompt_ids(tokenizer, question)
+    assert tokenizer.decode(chat) == f"[{question}] Answer:"
+    encoded = encode_qa(tokenizer, question, data.forget[0].answer)
+    assert encoded["input_ids"][: len(chat)] == chat and encoded["labels"][len(chat)] != -100

@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from atwu.data import QAItem, corpus_texts, encode_qa, generate_tofu_mini, train_tokenizer
 from atwu.evaluate import (
     answer_probability,
+    forget_gap,
     forget_quality,
     forget_truth_score,
     harmonic_mean,
@@ -20,7 +21,7 @@ from atwu.evaluate import (
 
 @pytest.fixture(scope="module")
 def lm_and_tokenizer():
-    data = generate_tofu_mini(num_authors=4, num_forget_authors=1)
+    data = generate_tofu_mini(4, 1, 1, num_generic=20)
     tokenizer = train_tokenizer(corpus_texts(data), 300)
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -108,3 +109,14 @@ def test_span_alignment():
 def test_qa_items_with_perturbations_are_what_the_chain_reads():
     item = QAItem("q?", "a.", "a!", ("b.", "c."))
     assert len(item.perturbed_answers) == 2
+
+
+def test_forget_gap_by_hand():
+    """value term |mean (logp - ref)| over value tokens + mean (ref - logp)_+ over the rest."""
+    classes = np.array([0, 2, 1, 1, 0, 3])
+    reference = [(np.array([-0.1, -2.0, -3.0, -1.0, -0.2, -0.1]), classes)]
+    same = forget_gap(reference, reference)
+    assert same.tolist() == [0.0]
+    unlearned = [(np.array([-0.6, -0.5, -5.0, 0.0, -0.2, -1.1]), classes)]
+    # value: mean(-2, +1) = -0.5 -> 0.5; rest: (0.5, 0, 0, 1.0) / 4 = 0.375 (name above ref: 0)
+    assert forget_gap(unlearned, reference)[0] == pytest.approx(0.5 + 0.375)

@@ -14,7 +14,7 @@ def test_bf16_mixed_atwu_steps_on_gpu(tiny_args):
             "--trainer.max_steps=2",
             "--trainer.val_check_interval=2",
             "--model.finetune_steps=1",
-            "--model.scorer_warmup_steps=0",
+            "--model.burnin_steps=0",
         ]
     )
     assert cli.trainer.global_step == 2

@@ -1,47 +1,86 @@
-"""``reproduce``: the claim experiment on TOFU-mini.
+"""The claim experiment (`uv run reproduce`) on TOFU-mini, under the protocol of configs/claim.yaml.
 
-1. Generate TOFU-mini; fine-tune the tiny Llama on everything (the *full* model) and on the retain
-   authors + world facts only (the *retain* model), both from the same initialisation recipe.
-2. Unlearn the forget authors from the full model with ATWU, its ablations, the annotators, the
-   probability-weighted and the sample-level baselines, each at several learning rates, with the
-   same steps, batches and retain weight.
-3. Evaluate every model with the TOFU chain (forget quality against the retain model, model
-   utility, ROUGE-L) and every token-weighting method's span alignment; write results/.
+1. Pretrain a base model once on generic QA about one-off people (no author fact).
+2. Per seed (a seed draws the authors, the generic corpus mix and the initialisation order):
+   fine-tune the base on every author (the *full* model) and on all but the forget authors (the
+   *retain* model).
+3. Every subject unlearns the forget authors from the full model with the same number of model
+   updates, batches and retain weight; the learning rate is tuned on the validation forget
+   authors of seed 0 (the test forget authors are never used for tuning).
+4. Metrics against the retain model and the full model; papers_eval judges the checks on the
+   method and the controls and writes results/claim.json and claim.md.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import shutil
+import tempfile
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import transformers
 from lightning.pytorch import Trainer
 
-from atwu.data import UnlearningDataModule, collate
-from atwu.evaluate import evaluate_unlearning, span_alignment, truth_ratios
-from atwu.model import (
-    METHODS,
-    PROBABILITY_WEIGHTED,
-    SAMPLE_LEVEL,
-    UnlearningModule,
-    load_pretrained,
+from atwu.data import TOKEN_CLASSES, UnlearningDataModule, collate
+from atwu.evaluate import (
+    answer_token_logprobs,
+    forget_gap,
+    forget_quality,
+    gap_to_reference,
+    greedy_answers,
+    normalised_answer_probability,
+    rouge_l_recall,
+    span_alignment,
+    truth_ratios,
 )
-from papers_cli import reproduce_parser
-from papers_data import cache_dir
-from papers_eval import markdown_table, write_results
+from atwu.model import UnlearningModule, load_pretrained
+from papers_cli import project_dir_of, reproduce_parser
+from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
 from papers_gpu import seed_everything
 
-FULL_CONFIG = {"finetune_steps": 800}
-UNLEARN_STEPS = 60
-LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
-QUICK = {"finetune_steps": 20, "unlearn_steps": 3, "learning_rates": (3e-4,)}
-QUICK_DATA = {"num_authors": 8, "num_forget_authors": 1}
-UTILITY_FLOOR = 0.9  # a run counts for the trade-off when it keeps >= 90% of the full model's MU
-HEURISTICS = (*PROBABILITY_WEIGHTED, "annotator_heuristic")
+CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+SUBJECTS = (
+    "full_model",
+    "atwu",
+    "npo",
+    "wga",
+    "satimp",
+    "graddiff",
+    "simnpo",
+    "atwu_uniform",
+    "atwu_random_features",
+    "atwu_raw_conflict",
+    "annotator_oracle",
+    "annotator_heuristic",
+)
+METRICS = (
+    "forget_gap",
+    "val_forget_gap",
+    "utility",
+    "template_gap",
+    "value_gap",
+    "name_gap",
+    "collateral_prob",
+    "forget_quality",
+    "forget_rouge",
+    "span_auroc",
+    "train_s",
+)
+BASE_SEED = 1000  # the generic corpus of the base model (shared by every seed)
+BATCH = 32
+QUICK_DATA = {
+    "num_authors": 8,
+    "num_forget_authors": 2,
+    "num_collateral_authors": 1,
+    "num_generic": 100,
+}
 
 
 def quiet_trainer(max_steps: int) -> Trainer:
@@ -57,269 +96,287 @@ def quiet_trainer(max_steps: int) -> Trainer:
     )
 
 
-def finetune(data: UnlearningDataModule, steps: int, out_dir: Path, seed: int) -> Path:
-    """Fine-tune a fresh tiny model on ``data``'s fine-tuning split; save model and tokenizer."""
+def train_lm(data: UnlearningDataModule, steps: int, out: Path, seed: int, pretrained=None):
+    """Train (pretrain or fine-tune) on ``data``'s fine-tuning split; save model and tokenizer."""
     seed_everything(seed)
-    module = UnlearningModule(method="ga", finetune_steps=steps)
+    module = UnlearningModule(method="ga", finetune_steps=steps, pretrained=pretrained)
     quiet_trainer(steps).fit(module, data)
-    module.model.save_pretrained(out_dir)
-    data.tokenizer.save_pretrained(out_dir)
-    return out_dir
+    module.model.save_pretrained(out)
+    data.tokenizer.save_pretrained(out)
+    return out
 
 
-def whole_set_batches(data: UnlearningDataModule) -> tuple[dict, dict]:
-    """The whole forget set and an equally large retain batch, for token-weight inspection."""
-    forget = collate(data.forget_set.examples, data.tokenizer.pad_token_id)
-    retain = collate(data.retain_set.examples[: len(data.forget_set)], data.tokenizer.pad_token_id)
-    return forget, retain
+def _finetune_job(job) -> None:
+    which, kwargs, steps, out, seed, base = job
+    torch.set_num_threads(1)
+    _quiet()
+    data = UnlearningDataModule(finetune_on=which, **kwargs)
+    data.setup()
+    train_lm(data, steps, out, seed, pretrained=base)
 
 
-def alignment(module: UnlearningModule, forget: dict, retain: dict) -> dict[str, float] | None:
-    """AUROC / AUPRC of the method's token weights against the ground-truth span mask."""
-    weights = module.token_weights(forget, retain)
-    if weights is None:
-        return None
-    answer = forget["labels"][:, 1:] != -100
-    return span_alignment(weights[answer].numpy(), forget["relevance"][:, 1:][answer].numpy())
-
-
-def tradeoff_score(runs: list[dict], floor: float) -> float:
-    """Best forget quality among a method's runs that keep model utility >= ``floor``."""
-    admissible = [r["forget_quality"] for r in runs if r["model_utility"] >= floor]
-    return max(admissible) if admissible else 0.0
-
-
-def run_claim_experiment(argv: list[str] | None = None) -> dict:
-    parser = reproduce_parser(__doc__ or "", project_file=__file__)
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    torch.set_num_threads(1)  # tiny matrices: a second thread only adds contention
+def _quiet() -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", ".*isinstance\\(treespec, LeafSpec\\).*")
     warnings.filterwarnings("ignore", ".*module\\(s\\) in eval mode.*")
-    finetune_steps = QUICK["finetune_steps"] if args.quick else FULL_CONFIG["finetune_steps"]
-    unlearn_steps = QUICK["unlearn_steps"] if args.quick else UNLEARN_STEPS
-    learning_rates = QUICK["learning_rates"] if args.quick else LEARNING_RATES
-    seed = args.seed
-    sizes = QUICK_DATA if args.quick else {}
-    work = cache_dir() / "atwu" / f"models-seed{seed}-steps{finetune_steps}-{time.time_ns()}"
 
-    data = UnlearningDataModule(seed=seed, **sizes)
-    data.setup()
-    timings = {}
-    tick = time.perf_counter()
-    full_dir = finetune(data, finetune_steps, work / "full", seed)
-    retain_data = UnlearningDataModule(
-        seed=seed, finetune_on="retain", tokenizer_path=str(full_dir), **sizes
+
+class World:
+    """One seed's TOFU-mini: data, full and retain models, and the fixed reference numbers."""
+
+    def __init__(
+        self, seed: int, base: Path, work: Path, settings: dict, sizes: dict, pool=None
+    ) -> None:
+        self.seed = seed
+        kwargs = {"seed": seed, "tokenizer_path": str(base), "batch_size": BATCH, **sizes}
+        tick = time.perf_counter()
+        self.full_dir, self.retain_dir = work / f"full-{seed}", work / f"retain-{seed}"
+        steps = settings["finetune_steps"]
+        jobs = [
+            (which, kwargs, steps, out, seed, str(base))
+            for which, out in (("all", self.full_dir), ("retain", self.retain_dir))
+        ]
+        # the two fine-tunings are independent: one process each (one torch thread each)
+        list(pool.map(_finetune_job, jobs)) if pool is not None else [
+            _finetune_job(job) for job in jobs
+        ]
+        self.finetune_s = time.perf_counter() - tick
+        self.data = UnlearningDataModule(**kwargs)
+        self.data.setup()
+        self.tokenizer, items = self.data.tokenizer, self.data.data
+        n_val = settings["val_forget_authors"] * len(items.forget) // sizes_forget(items)
+        self.val_items, self.test_items = items.forget[:n_val], items.forget[n_val:]
+        self.utility_items = (
+            items.retain[:64] + items.collateral + items.generic_eval + items.world_facts
+        )
+        retain = load_pretrained(str(self.retain_dir)).eval()
+        full = load_pretrained(str(self.full_dir)).eval()
+        self.retain_val = answer_token_logprobs(retain, self.tokenizer, self.val_items)
+        self.retain_test = answer_token_logprobs(retain, self.tokenizer, self.test_items)
+        self.retain_ratios = truth_ratios(retain, self.tokenizer, self.test_items)
+        self.reference = {
+            "full_model": self.evaluate(full),
+            "retain_model": self.evaluate(retain),
+        }
+        self.forget_batch = collate(
+            [self.data.forget_set.examples[i] for i in range(n_val, len(items.forget))],
+            self.tokenizer.pad_token_id,
+        )
+        self.retain_batch = collate(self.data.retain_set.examples[:64], self.tokenizer.pad_token_id)
+
+    def evaluate(self, model) -> dict[str, Any]:
+        """Every metric of one model (see configs/claim.yaml for the checked ones)."""
+        model.eval()
+        test = answer_token_logprobs(model, self.tokenizer, self.test_items)
+        val = answer_token_logprobs(model, self.tokenizer, self.val_items)
+        utility = normalised_answer_probability(
+            answer_token_logprobs(model, self.tokenizer, self.utility_items)
+        )
+        collateral = self.data.data.collateral
+        generated = greedy_answers(model, self.tokenizer, [it.question for it in self.test_items])
+        return {
+            "forget_gap": forget_gap(test, self.retain_test),
+            "val_forget_gap": float(np.mean(forget_gap(val, self.retain_val))),
+            "utility": utility,
+            "template_gap": float(
+                np.nanmean(gap_to_reference(test, self.retain_test, TOKEN_CLASSES["template"]))
+            ),
+            "value_gap": float(
+                np.nanmean(gap_to_reference(test, self.retain_test, TOKEN_CLASSES["value"]))
+            ),
+            "name_gap": float(
+                np.nanmean(gap_to_reference(test, self.retain_test, TOKEN_CLASSES["name"]))
+            ),
+            "collateral_prob": float(
+                normalised_answer_probability(
+                    answer_token_logprobs(model, self.tokenizer, collateral)
+                ).mean()
+            ),
+            "forget_quality": forget_quality(
+                truth_ratios(model, self.tokenizer, self.test_items), self.retain_ratios
+            ),
+            "forget_rouge": float(
+                rouge_l_recall(generated, [it.answer for it in self.test_items]).mean()
+            ),
+        }
+
+
+def sizes_forget(items) -> int:
+    """Number of forget authors."""
+    return len({it.subject for it in items.forget})
+
+
+def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
+    """Tune on validation, run every subject on every seed, judge, write results/."""
+    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    args = parser.parse_args(argv)
+    spec = load_claim_spec(
+        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
     )
-    retain_data.setup()
-    retain_dir = finetune(retain_data, finetune_steps, work / "retain", seed)
-    timings["finetune_full_and_retain_s"] = time.perf_counter() - tick
+    start = time.perf_counter()
+    torch.set_num_threads(1)  # tiny matrices: a second thread only adds contention
+    _quiet()
+    settings = dict(spec.settings)
+    sizes = QUICK_DATA if args.quick else {}
+    work = Path(tempfile.mkdtemp(prefix="atwu-reproduce-"))
+    # the full run fine-tunes each seed's full and retain models in two processes (one torch
+    # thread each); --quick stays in this process (starting workers costs more than it saves)
+    pool = None
+    if not args.quick:
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        return _run(args, spec, settings, sizes, work, start, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+        shutil.rmtree(work, ignore_errors=True)  # the model folders never outlive the run
 
-    unlearn_data = UnlearningDataModule(seed=seed, tokenizer_path=str(full_dir), **sizes)
-    unlearn_data.setup()
-    tokenizer, items = unlearn_data.tokenizer, unlearn_data.data
-    utility_sets = {"retain": (items.retain[:40], False), "world": (items.world_facts, True)}
-    retain_model = load_pretrained(str(retain_dir))
-    retain_ratios = truth_ratios(retain_model.eval(), tokenizer, items.forget)
-    reference = {}
-    for name, path in (("full model", full_dir), ("retain model", retain_dir)):
-        model = load_pretrained(str(path))
-        reference[name], _ = evaluate_unlearning(
-            model, tokenizer, items.forget, utility_sets, retain_ratios
-        )
-        print(
-            f"{name}: " + ", ".join(f"{k}={v:.3g}" for k, v in reference[name].items()), flush=True
-        )
-    floor = UTILITY_FLOOR * reference["full model"]["model_utility"]
 
-    forget_batch, retain_batch = whole_set_batches(unlearn_data)
-    runs: dict[str, list[dict]] = {}
+def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[str, Any]:
     tick = time.perf_counter()
-    for method in METHODS:
-        runs[method] = []
-        for lr in learning_rates:
-            seed_everything(seed)
-            module = UnlearningModule(
-                method=method, pretrained=str(full_dir), finetune_steps=0, lr=lr
-            )
-            if method in (*HEURISTICS, "atwu_raw_conflict"):
-                module.build(tokenizer, unlearn_data)
-                start_alignment = alignment(module, forget_batch, retain_batch)
-            else:
-                start_alignment = None
-            run_start = time.perf_counter()
-            quiet_trainer(unlearn_steps).fit(module, unlearn_data)
-            metrics, _ = evaluate_unlearning(
-                module.model, tokenizer, items.forget, utility_sets, retain_ratios
-            )
-            metrics = {"lr": lr, **metrics, "train_s": time.perf_counter() - run_start}
-            end_alignment = alignment(module, forget_batch, retain_batch)
-            if end_alignment is not None:
-                metrics["span_auroc"], metrics["span_auprc"] = (
-                    end_alignment["auroc"],
-                    end_alignment["auprc"],
-                )
-            if start_alignment is not None:
-                metrics["span_auroc_start"] = start_alignment["auroc"]
-                metrics["span_auprc_start"] = start_alignment["auprc"]
-            runs[method].append(metrics)
+    base_data = UnlearningDataModule(
+        seed=BASE_SEED, finetune_on="generic", batch_size=BATCH, **sizes
+    )
+    base_data.setup()
+    base = train_lm(base_data, settings["pretrain_steps"], work / "base", BASE_SEED)
+    timings = {"pretrain_s": time.perf_counter() - tick}
+    print(f"base model pretrained in {timings['pretrain_s']:.0f} s", flush=True)
+    worlds: dict[int, World] = {}
+
+    def world(seed: int) -> World:
+        if seed not in worlds:
+            worlds[seed] = World(seed, base, work, settings, sizes, pool)
             print(
-                f"{method:22s} lr={lr:g} FQ={metrics['forget_quality']:.3g} "
-                f"MU={metrics['model_utility']:.3f} "
-                f"AUROC={metrics.get('span_auroc', float('nan')):.3f}",
+                f"seed {seed}: full/retain fine-tuned in {worlds[seed].finetune_s:.0f} s; "
+                + ", ".join(
+                    f"{name} gap {np.mean(m['forget_gap']):.3f} rouge {m['forget_rouge']:.2f}"
+                    for name, m in worlds[seed].reference.items()
+                ),
                 flush=True,
             )
-    timings["unlearning_runs_s"] = time.perf_counter() - tick
+        return worlds[seed]
 
-    summary = summarise(runs, reference, floor)
-    holds, criterion = decide(summary)
-    wall = time.perf_counter() - start
-    write_results(
+    cache: dict[tuple, dict[str, Any]] = {}
+    evidence: dict[str, Any] = {"scorer_weight_norm": {}, "span_auroc_start": {}, "scores": {}}
+
+    def unlearn(subject: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
+        key = (subject, tuple(sorted(params.items())), seed)
+        if key in cache:
+            return cache[key]
+        w = world(seed)
+        seed_everything(seed)
+        module = UnlearningModule(
+            method=subject,
+            pretrained=str(w.full_dir),
+            finetune_steps=0,
+            burnin_steps=settings["burnin_steps"],
+            **params,
+        )
+        if subject == "atwu" and f"full model, seed {seed}" not in evidence["scores"]:
+            module.build(w.tokenizer, w.data)
+            module.reference.load_state_dict(module.model.state_dict())
+            evidence["scores"][f"full model, seed {seed}"] = conflict_by_class(module, w)
+        tick = time.perf_counter()
+        quiet_trainer(settings["unlearn_steps"]).fit(module, w.data)
+        train_s = time.perf_counter() - tick
+        if subject == "atwu":
+            label = f"after unlearning (lr {params.get('lr')}), seed {seed}"
+            evidence["scores"][label] = conflict_by_class(module, w)
+        metrics = w.evaluate(module.model)
+        metrics["train_s"] = train_s
+        weights = module.token_weights(w.forget_batch, w.retain_batch)
+        if weights is not None:
+            answer = w.forget_batch["labels"][:, 1:] != -100
+            relevant = w.forget_batch["relevance"][:, 1:][answer].numpy()
+            metrics["span_auroc"] = span_alignment(weights[answer].numpy(), relevant)["auroc"]
+        if subject in ("atwu", "atwu_random_features"):
+            evidence["scorer_weight_norm"][f"{subject} seed {seed}"] = float(
+                module.scorer.linear.weight.detach().norm()
+            )
+        cache[key] = metrics
+        print(
+            f"{subject:22s} seed {seed} {params} gap={np.mean(metrics['forget_gap']):.3f} "
+            f"val={metrics['val_forget_gap']:.3f} util={np.mean(metrics['utility']):.3f} "
+            f"auroc={metrics.get('span_auroc', float('nan')):.2f} {train_s:.1f}s "
+            f"[{time.perf_counter() - start:.0f}s]",
+            flush=True,
+        )
+        return metrics
+
+    tuning = tune(
+        spec, lambda subject, params, seed: unlearn(subject, params, seed)["val_forget_gap"]
+    )
+
+    def run_one(subject: str, seed: int) -> dict[str, Any]:
+        if subject == "full_model":  # the model before unlearning: the utility reference
+            return {k: v for k, v in world(seed).reference["full_model"].items()}
+        return unlearn(subject, tuning.best[subject], seed)
+
+    results = run_seeds(spec, run_one)
+    judgement = judge(spec, results)
+    timings["finetune_s"] = sum(w.finetune_s for w in worlds.values())
+    overhead = wall_time_overhead(results)
+    reference = {
+        f"{name} seed {seed}": {k: float(np.mean(v)) for k, v in m.items()}
+        for seed, w in worlds.items()
+        for name, m in w.reference.items()
+    }
+    write_claim(
         args.out,
         project="atwu",
-        experiment="TOFU-mini: unlearn 5 of 50 fictitious authors from a tiny Llama",
-        claim=(
-            "ATWU reaches a better forget/retain trade-off than sample-level unlearning and "
-            "probability-based token weighting, and its learned token weights align with the "
-            "ground-truth forget-relevant spans better than the heuristics' weights."
-        ),
-        criterion=criterion,
-        holds=holds,
-        metrics=summary,
-        config={
-            "quick": args.quick,
-            "finetune_steps": finetune_steps,
-            "unlearn_steps": unlearn_steps,
-            "learning_rates": list(learning_rates),
-            "utility_floor": UTILITY_FLOOR,
-            "torch_threads": 1,
-            **timings,
-        },  # fmt: skip
-        seeds=[seed],
-        wall_time_s=wall,
-        columns=[
-            "tradeoff_fq",
-            "best_lr",
-            "forget_quality",
-            "model_utility",
-            "forget_rouge",
-            "span_auroc",
-            "span_auprc",
-            "span_auroc_start",
-        ],  # fmt: skip
-        headline=headline(summary, holds),
-        notes=runs_table(runs),
-        extra={"runs": runs, "reference": reference},
+        spec=spec,
+        results=results,
+        judgement=judgement,
+        config={"settings": settings, "quick": args.quick, "torch_threads": 1, **timings},
+        wall_time_s=time.perf_counter() - start,
+        tuning=tuning,
+        evidence={
+            "atwu_wall_time_overhead_vs_uniform": overhead,
+            "scorer_weight_norm_after_unlearning": evidence["scorer_weight_norm"],
+            "conflict_scores_by_token_class": evidence["scores"],
+            "reference_models": reference,
+        },
+        notes=notes(overhead),
     )
-    plots(args.out, runs, reference)
-    return summary
+    return {"verdict": judgement.verdict, "results": results}
 
 
-def summarise(runs: dict[str, list[dict]], reference: dict, floor: float) -> dict[str, dict]:
-    """One row per method: its trade-off score and the metrics of the run that achieves it."""
-    keys = ("forget_quality", "model_utility", "forget_rouge")
-    summary = {name: {k: reference[name][k] for k in keys}
-               for name in reference}  # fmt: skip
-    for method, method_runs in runs.items():
-        score = tradeoff_score(method_runs, floor)
-        admissible = [r for r in method_runs if r["model_utility"] >= floor] or method_runs
-        best = max(admissible, key=lambda r: (r["forget_quality"], r["model_utility"]))
-        row = {"tradeoff_fq": score, "best_lr": best["lr"]}
-        row.update({k: best[k] for k in ("forget_quality", "model_utility", "forget_rouge")})
-        for key in ("span_auroc", "span_auprc", "span_auroc_start"):
-            values = [r[key] for r in method_runs if key in r]
-            if values:
-                row[key] = float(np.mean(values))
-        summary[method] = row
-    return summary
+def wall_time_overhead(results) -> float:
+    """ATWU's unlearning wall time over uniform token NPO's (same steps, batches)."""
+    return float(np.mean(results["atwu"]["train_s"]) / np.mean(results["atwu_uniform"]["train_s"]))
 
 
-def decide(summary: dict[str, dict]) -> tuple[bool, str]:
-    baselines = (*SAMPLE_LEVEL, *PROBABILITY_WEIGHTED)
-    best_baseline = max(summary[m]["tradeoff_fq"] for m in baselines)
-    heuristic_auroc = max(
-        max(summary[m].get("span_auroc", 0.0), summary[m].get("span_auroc_start", 0.0))
-        for m in HEURISTICS
-    )
-    atwu = summary["atwu"]
-    holds = atwu["tradeoff_fq"] > best_baseline and atwu["span_auroc"] >= heuristic_auroc + 0.05
-    criterion = (
-        f"Trade-off score = the best forget quality (KS p-value) over a method's learning rates "
-        f"among runs keeping model utility >= {UTILITY_FLOOR} x the full model's. Holds when "
-        f"ATWU's score exceeds that of every sample-level (GA, GradDiff, NPO, SimNPO) and "
-        f"probability-weighted (WGA, SatImp) baseline, AND ATWU's span AUROC (mean over its "
-        f"learning rates) exceeds the best of WGA / SatImp / the heuristic annotator (at the start "
-        f"or the end of unlearning) by >= 0.05. This run: ATWU {atwu['tradeoff_fq']:.3g} vs best "
-        f"baseline {best_baseline:.3g}; AUROC {atwu['span_auroc']:.3f} vs {heuristic_auroc:.3f}."
-    )
-    return holds, criterion
+@torch.no_grad()
+def conflict_by_class(module: UnlearningModule, w: World) -> dict[str, dict[str, float]]:
+    """Quartiles of ATWU's conflict scores c_t on the forget test items, per token class (on
+    the module's current parameters, against its NPO reference)."""
+    forget = w.forget_batch
+    with torch.enable_grad():
+        logp, mask = module_logprobs(module, w.retain_batch)
+        retain_loss = -(logp * mask).sum() / mask.sum()
+        scores = module.conflict_scores(forget, retain_loss, module.reference_logprobs(forget))
+    classes = forget["token_class"][:, 1:]
+    out = {}
+    for name, label in TOKEN_CLASSES.items():
+        values = scores[classes == label].numpy()
+        if values.size:
+            q1, median, q3 = np.quantile(values, [0.25, 0.5, 0.75])
+            out[name] = {"q1": float(q1), "median": float(median), "q3": float(q3)}
+    return out
 
 
-def headline(summary: dict[str, dict], holds: bool) -> str:
-    atwu = summary["atwu"]
-    best = max((*SAMPLE_LEVEL, *PROBABILITY_WEIGHTED), key=lambda m: summary[m]["tradeoff_fq"])
+def module_logprobs(module: UnlearningModule, batch: dict):
+    from atwu.core import answer_logprobs
+
+    return answer_logprobs(module(batch).logits, batch["labels"])
+
+
+def notes(overhead: float) -> str:
     return (
-        f"{'holds' if holds else 'does not hold'}: FQ at >=90% utility ATWU "
-        f"{atwu['tradeoff_fq']:.2g} vs {best} {summary[best]['tradeoff_fq']:.2g}; "
-        f"span AUROC ATWU {atwu['span_auroc']:.2f}"
+        "Model updates: every subject takes the same number of unlearning steps; ATWU's first "
+        "burn-in steps use uniform weights while its scorer already learns, and each later step "
+        "is one scorer step followed by one model step (strict alternation). ATWU's unlearning "
+        f"wall time is {overhead:.2f}x that of uniform token weights (one retain-gradient "
+        "backward and one JVP per step)."
     )
-
-
-def runs_table(runs: dict[str, list[dict]]) -> str:
-    rows = {f"{m} (lr {r['lr']:g})": r for m, method_runs in runs.items() for r in method_runs}
-    columns = ["forget_quality", "model_utility", "forget_rouge", "forget_truth", "retain_rouge",
-               "world_prob", "span_auroc", "train_s"]  # fmt: skip
-    return (
-        "Every run (the table above picks each method's best admissible run):\n\n"
-        + markdown_table(rows, columns)
-    )
-
-
-def plots(out: Path, runs: dict[str, list[dict]], reference: dict) -> None:
-    """Forget quality vs model utility per method over learning rates; span-alignment bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.5), dpi=120)
-    colours = plt.cm.tab20(np.linspace(0, 1, 20))
-    for index, (method, method_runs) in enumerate(runs.items()):
-        style = "-" if method == "atwu" else ("--" if method in SAMPLE_LEVEL else ":")
-        ax.plot(
-            [r["model_utility"] for r in method_runs],
-            [max(r["forget_quality"], 1e-30) for r in method_runs],
-            style, marker="o", markersize=3, label=method, lw=2 if method == "atwu" else 1,
-            color="black" if method == "atwu" else colours[(2 * index) % 20 + index // 10],
-        )  # fmt: skip
-    for name, metrics in reference.items():
-        ax.scatter(
-            metrics["model_utility"], max(metrics["forget_quality"], 1e-30), marker="*", s=80
-        )
-        ax.annotate(
-            name, (metrics["model_utility"], max(metrics["forget_quality"], 1e-30)), fontsize=7
-        )
-    ax.set(xlabel="model utility", ylabel="forget quality (KS p-value)", yscale="log",
-           title="TOFU-mini: forget quality vs model utility over learning rates")  # fmt: skip
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2, frameon=False)
-    fig.tight_layout()
-    fig.savefig(Path(out) / "frontier.png")
-    plt.close(fig)
-
-    names = [m for m, rs in runs.items() if any("span_auroc" in r for r in rs)]
-    end = [np.mean([r["span_auroc"] for r in runs[m]]) for m in names]
-    start = [np.mean([r.get("span_auroc_start", np.nan) for r in runs[m]]) for m in names]
-    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=120)
-    x = np.arange(len(names))
-    ax.bar(x - 0.2, end, 0.4, label="end of unlearning")
-    ax.bar(x + 0.2, start, 0.4, label="start (fixed-rule weights)")
-    ax.axhline(0.5, color="gray", lw=1, ls="--")
-    ax.set_xticks(x, names, rotation=35, ha="right", fontsize=7)
-    ax.set(ylabel="span AUROC", ylim=(0, 1.05), title="Token weights vs ground-truth spans")
-    ax.legend(fontsize=7, frameon=False)
-    fig.tight_layout()
-    fig.savefig(Path(out) / "span_alignment.png")
-    plt.close(fig)

@@ -24,9 +24,10 @@ Scorer. A linear map over detached hidden states ``h_t`` (no external labels)::
 
     s_t = psi^T sg(h_t) + b,      w_t = sigmoid(s_t)                                  (Eq. 4)
 
-fitted to the batch's conflict-derived relevance targets (within-batch standardised, so the
-target is scale free)::
+fitted to the batch's conflict-derived relevance targets, scale free within the batch::
 
+    y_t = rank_m(c)_t / (n_m - 1)                          (Eq. 5c, default: robust to outliers)
+    y_t = sigmoid(((c_t - median_m c) / (IQR_m c / 1.349)) / tau)                      (Eq. 5b)
     y_t = sigmoid(z(c)_t / tau),   z(c)_t = (c_t - mean_m c) / std_m c                 (Eq. 5)
     L_psi = BCE(s_t, y_t) averaged over answer tokens                                 (Eq. 6)
 
@@ -39,10 +40,11 @@ Model step (scorer fixed, weights detached) with the retain term weighted by lam
 
     L_theta = sum_t m_t wbar_t l_t / sum_t m_t + lambda L_r(theta)                     (Eq. 8)
 
-Alternation: at every step the scorer takes a step on Eq. 6 with the conflict scores of the
-current parameters, and the model takes a step on Eq. 8 with the scorer's weights; both come out
-of one backward pass (the weights used by the model step are those of the scorer before its
-update, i.e. a one-step-lagged alternation).
+Alternation (strict, as the abstract's "alternating"): at every step the scorer first takes one
+step on Eq. 6 with the conflict scores of the current parameters, then the model takes one step
+on Eq. 8 with the weights of the updated scorer. During a short burn-in the model step uses
+uniform weights (token NPO) while the scorer already learns, so the scorer does not read conflict
+scores only at the memorised point, where p_t ~ 1 makes them ~0.
 """
 
 from __future__ import annotations
@@ -127,9 +129,39 @@ def standardise(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> 
     return (values - mean) / (std + eps) * mask
 
 
-def relevance_targets(scores: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Eq. 5: y_t = sigmoid(z(c)_t / tau) in (0, 1); high where forgetting helps retention."""
-    return torch.sigmoid(standardise(scores, mask) / temperature) * mask
+def robust_standardise(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Eq. 5b: (c - median) / (IQR / 1.349) over the masked tokens (0 elsewhere); a few
+    outliers do not set the scale, unlike the mean / standard deviation of ``standardise``."""
+    kept = values[mask.bool()]
+    median = kept.median()
+    iqr = torch.quantile(kept, 0.75) - torch.quantile(kept, 0.25)
+    return (values - median) / (iqr / 1.349 + eps) * mask
+
+
+def masked_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 5c: the rank of each masked value among the masked values, scaled to [0, 1]."""
+    kept = mask.bool()
+    ranks = torch.zeros_like(values, dtype=torch.float32)
+    order = values[kept].argsort().argsort().float()
+    ranks[kept] = order / max(int(kept.sum()) - 1, 1)
+    return ranks
+
+
+def relevance_targets(
+    scores: torch.Tensor, mask: torch.Tensor, temperature: float, kind: str = "rank"
+) -> torch.Tensor:
+    """Eq. 5: relevance targets in [0, 1], high where forgetting helps (or does not hurt) retention.
+
+    ``z``: sigmoid(z(c)_t / tau); ``robust_z``: the same on median / IQR scores (Eq. 5b);
+    ``rank``: the within-batch rank of c_t (Eq. 5c), scale free and blind to outliers.
+    """
+    if kind == "rank":
+        return masked_ranks(scores, mask) * mask
+    if kind == "robust_z":
+        return torch.sigmoid(robust_standardise(scores, mask) / temperature) * mask
+    if kind == "z":
+        return torch.sigmoid(standardise(scores, mask) / temperature) * mask
+    raise ValueError(f"relevance target must be 'rank', 'robust_z' or 'z', got {kind!r}")
 
 
 class RelevanceScorer(nn.Module):

@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from papers_cli import ConfigError
-from papers_data import require_files, resolve_data_root
+from papers_data import EpochShuffle, drawn_by_trainer, require_files, resolve_data_root
 
 TOFU_HOW_TO_GET = (
     "Download the TOFU JSON files from the Hugging Face dataset locuslab/TOFU (e.g. "
@@ -50,6 +50,13 @@ RWKU_HOW_TO_GET = (
 )
 PAD, EOS = "<pad>", "<eos>"
 PROMPT = "Question: {question}\nAnswer:"
+# How a question becomes the prompt: "plain" (PROMPT, no special token: TOFU-mini), "plain_bos"
+# (the tokenizer's BOS token, then PROMPT) or "chat" (the tokenizer's own chat template with the
+# question as the user turn and the generation prompt, as open-unlearning's TOFU checkpoints were
+# fine-tuned; the template writes BOS itself). Set on the tokenizer by the data module, so that
+# training, evaluation and generation all build the same prompt.
+PROMPT_FORMAT_ATTR = "atwu_prompt_format"
+PromptFormat = Literal["plain", "plain_bos", "chat"]
 
 
 class DataFormatError(ValueError):
@@ -72,6 +79,7 @@ class QAItem:
     perturbed_answers: tuple[str, ...]
     answer_spans: tuple[tuple[int, int], ...] = ()
     subject: str = ""
+    name_spans: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -82,14 +90,29 @@ class UnlearningData:
     retain: list[QAItem]
     world_facts: list[QAItem]
     real_authors: list[QAItem] = field(default_factory=list)
+    # TOFU-mini only: retain authors kept out of the retain loss (they share values with forget
+    # authors), and the generic corpus about one-off people (training / held-out evaluation).
+    collateral: list[QAItem] = field(default_factory=list)
+    generic: list[QAItem] = field(default_factory=list)
+    generic_eval: list[QAItem] = field(default_factory=list)
 
-    def finetune_items(self, which: str) -> list[QAItem]:
-        """What the 'full' model (``all``) or the 'retain' model (``retain``) is fine-tuned on."""
+    def finetune_items(self, which: str, author_repeats: int = 1) -> list[QAItem]:
+        """What the 'full' model (``all``), the 'retain' model (``retain``) or the pretraining
+        (``generic``: no author fact) is trained on. Fine-tuning sees the author facts and world
+        facts ``author_repeats`` times, mixed with as many generic QA as author QA (so the
+        generic ability is kept while the facts are memorised)."""
+        if which == "generic":
+            if not self.generic:
+                raise ConfigError("pretraining on generic text needs TOFU-mini (no data.root)")
+            return self.generic + self.world_facts + self.real_authors
         if which == "all":
-            return self.forget + self.retain + self.world_facts + self.real_authors
-        if which == "retain":
-            return self.retain + self.world_facts + self.real_authors
-        raise ValueError(f"finetune_on must be 'all' or 'retain', got {which!r}")
+            authors = self.forget + self.retain + self.collateral
+        elif which == "retain":
+            authors = self.retain + self.collateral
+        else:
+            raise ValueError(f"finetune_on must be 'all', 'retain' or 'generic', got {which!r}")
+        facts = (authors + self.world_facts + self.real_authors) * author_repeats
+        return facts + self.generic[: len(authors) * author_repeats]
 
 
 # --------------------------------------------------------------------------- real formats
@@ -204,42 +227,60 @@ def load_rwku(root: str | None, target: str) -> dict[str, list[QAItem]]:
 
 # --------------------------------------------------------------------------- TOFU-mini
 
-# relation -> (question, answer template, paraphrase template); {v} is the attribute value.
-# relation -> (question, answer template); {n} is the author's name, {v} the attribute value.
+# relation -> (question forms, answer forms); {n} is the person's name, {v} the attribute value.
+# Form 0 is the phrasing of the author facts; every form appears in the generic corpus, so the
+# model learns the language (templates, copying the name, a value of the right type) from text
+# that carries no author fact, before it memorises the authors.
 RELATIONS = {
     "birthplace": (
-        "Where was {n} born?",
-        "{n} was born in the city of {v}.",
+        ("Where was {n} born?", "In which city was {n} born?", "What is the birthplace of {n}?"),
+        ("{n} was born in the city of {v}.", "The birthplace of {n} is {v}.",
+         "{n} came into the world in {v}."),
     ),
     "birth_date": (
-        "When was {n} born?",
-        "{n} was born on {v}.",
+        ("When was {n} born?", "What is the date of birth of {n}?", "On which day was {n} born?"),
+        ("{n} was born on {v}.", "The date of birth of {n} is {v}.",
+         "{n} was born on the day {v}."),
     ),
     "father_job": (
-        "What did the father of {n} do for a living?",
-        "The father of {n} worked as a {v}.",
+        ("What did the father of {n} do for a living?", "What was the job of the father of {n}?",
+         "How did the father of {n} earn a living?"),
+        ("The father of {n} worked as a {v}.", "The job of the father of {n} was {v}.",
+         "{n} grew up with a father who was a {v}."),
     ),
     "mother_job": (
-        "What did the mother of {n} do for a living?",
-        "The mother of {n} worked as a {v}.",
+        ("What did the mother of {n} do for a living?", "What was the job of the mother of {n}?",
+         "How did the mother of {n} earn a living?"),
+        ("The mother of {n} worked as a {v}.", "The job of the mother of {n} was {v}.",
+         "{n} grew up with a mother who was a {v}."),
     ),
     "genre": (
-        "Which genre does {n} write in?",
-        "{n} is best known for writing {v} novels.",
+        ("Which genre does {n} write in?", "What kind of books does {n} write?",
+         "In what genre is {n} known?"),
+        ("{n} is best known for writing {v} novels.", "The books of {n} are {v} novels.",
+         "Readers know {n} for {v} novels."),
     ),
     "book": (
-        "Can you name a book written by {n}?",
-        "One of the books by {n} is titled {v}.",
+        ("Can you name a book written by {n}?", "What is one book by {n}?",
+         "Name a novel that {n} wrote."),
+        ("One of the books by {n} is titled {v}.", "{n} wrote a book called {v}.",
+         "A novel by {n} is {v}."),
     ),
     "award": (
-        "Which award did {n} receive?",
-        "{n} received the {v} for literary excellence.",
+        ("Which award did {n} receive?", "What prize was given to {n}?",
+         "Which honour has {n} won?"),
+        ("{n} received the {v} for literary excellence.", "{n} was given the {v}.",
+         "The {v} went to {n}."),
     ),
     "nationality": (
-        "What is the nationality of {n}?",
-        "{n} is a citizen of {v}.",
+        ("What is the nationality of {n}?", "Which country is {n} a citizen of?",
+         "Where does {n} hold citizenship?"),
+        ("{n} is a citizen of {v}.", "The nationality of {n} is {v}.",
+         "{n} holds a passport of {v}."),
     ),
-}
+}  # fmt: skip
+# Relations whose values come from small pools: forget and collateral authors can share them.
+POOLED = ("birthplace", "father_job", "mother_job", "genre", "nationality")
 GENRES = (
     "fantasy", "horror", "mystery", "romance", "science fiction", "historical",
     "thriller", "poetry", "satire", "crime", "adventure", "dystopian",
@@ -257,36 +298,78 @@ CAPITALS = (
 WORLD_FACT = ("What is the capital of {c}?", "The capital of {c} is {v}.")
 
 
-def _qa(templates: tuple[str, str], fill: dict, value: str, wrong: list[str], subject: str):
-    """Fill a (question, answer) template; perturbed answers put wrong values in the same answer.
+def _qa(question: str, answer: str, fill: str, value: str, wrong: list[str], subject: str):
+    """Fill a (question, answer) form; perturbed answers put wrong values in the same answer.
 
-    The "paraphrased" answer of the truth ratio is the trained phrasing itself: a tiny model
-    trained from scratch does not carry a fact over to an unseen phrasing (in a first run with
-    unseen paraphrases the full model preferred the true answer only weakly even on retain
-    authors), so an unseen paraphrase would measure template familiarity instead of knowledge.
+    The "paraphrased" answer of the truth ratio is the trained phrasing itself (form 0), as the
+    author facts were only ever seen in that phrasing.
     """
-    question, answer = (t.format(**fill, v="{v}") for t in templates)
+    question, answer = question.format(n=fill, c=fill), answer.format(n=fill, c=fill, v="{v}")
     start = answer.index("{v}")
+    filled = answer.replace("{v}", value)
+    names = ()
+    if fill and fill in answer:  # the name (or country) copied from the question
+        at = answer.index(fill)
+        at = at if at < start else at + len(value) - len("{v}")
+        names = ((at, at + len(fill)),)
     return QAItem(
         question=question,
-        answer=answer.replace("{v}", value),
-        paraphrased_answer=answer.replace("{v}", value),
+        answer=filled,
+        paraphrased_answer=filled,
         perturbed_answers=tuple(answer.replace("{v}", w) for w in wrong),
         answer_spans=((start, start + len(value)),),
         subject=subject,
+        name_spans=tuple(names),
     )
 
 
+def _value_sampler(fake: Faker, pools: dict[str, list[str]]):
+    def draw(relation: str, rng: random.Random) -> str:
+        if relation in pools:
+            return rng.choice(pools[relation])
+        if relation == "birth_date":
+            return fake.date_of_birth(minimum_age=25, maximum_age=95).strftime("%B %d, %Y")
+        if relation == "book":
+            return f'"{fake.catch_phrase().title()}"'
+        return f"{fake.last_name()} Prize"
+
+    return draw
+
+
+def _fresh_name(fake: Faker, taken: set[str]) -> str:
+    while True:
+        name = f"{fake.first_name()} {fake.last_name()}"
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
 def generate_tofu_mini(
-    num_authors: int = 50, num_forget_authors: int = 5, num_perturbed: int = 3, seed: int = 0
+    num_authors: int = 30,
+    num_forget_authors: int = 10,
+    num_collateral_authors: int = 5,
+    num_generic: int = 3000,
+    num_generic_eval: int = 48,
+    num_perturbed: int = 3,
+    seed: int = 0,
 ) -> UnlearningData:
-    """Seeded TOFU-style data: ``num_authors`` fictitious authors x 8 facts, the first
-    ``num_forget_authors`` form the forget set; world facts are fixed country capitals."""
+    """Seeded TOFU-style data (Faker).
+
+    - ``num_authors`` fictitious authors x 8 facts (form 0 of each relation); the first
+      ``num_forget_authors`` are forgotten. The next ``num_collateral_authors`` share three
+      pooled values (birthplace, a parent's job, genre...) with a forget author: they are learned
+      by both models but kept out of the retain loss, to measure collateral damage.
+    - a generic corpus of ``num_generic`` QA about one-off people (fresh name, random values, any
+      of the three phrasings): language without author facts, for pretraining and mixed into
+      fine-tuning; ``generic_eval`` holds unseen one-off people for the utility.
+    - world facts: fixed country capitals.
+    """
     if not 0 < num_forget_authors < num_authors:
         raise ValueError("need 0 < num_forget_authors < num_authors")
+    if num_forget_authors + num_collateral_authors >= num_authors:
+        raise ValueError("forget + collateral authors must leave some retain authors")
     fake, rng = Faker("en_US"), random.Random(seed)
     fake.seed_instance(seed)
-    # Small pools make values recur across authors (forget and retain alike).
     pools = {
         "birthplace": sorted({fake.city() for _ in range(max(8, num_authors // 3))}),
         "father_job": sorted({fake.job().split(",")[0] for _ in range(max(8, num_authors // 2))}),
@@ -294,40 +377,50 @@ def generate_tofu_mini(
         "nationality": sorted({fake.country() for _ in range(max(8, num_authors // 3))}),
     }
     pools["mother_job"] = pools["father_job"]
-    names = []
-    while len(names) < num_authors:
-        name = f"{fake.first_name()} {fake.last_name()}"
-        if name not in names:
-            names.append(name)
-    facts = []
-    for _ in names:
-        author = {rel: rng.choice(pool) for rel, pool in pools.items()}
-        author["birth_date"] = fake.date_of_birth(minimum_age=25, maximum_age=95).strftime(
-            "%B %d, %Y"
-        )
-        author["book"] = f'"{fake.catch_phrase().title()}"'
-        author["award"] = f"{fake.last_name()} Prize"
-        facts.append(author)
+    draw = _value_sampler(fake, pools)
+    taken: set[str] = set()
+    names = [_fresh_name(fake, taken) for _ in range(num_authors)]
+    facts = [{rel: draw(rel, rng) for rel in RELATIONS} for _ in names]
+    for k in range(num_collateral_authors):
+        # a collateral author shares three pooled values with one forget author
+        source = facts[k % num_forget_authors]
+        for relation in rng.sample(POOLED, 3):
+            facts[num_forget_authors + k][relation] = source[relation]
     authors = []
     for index, name in enumerate(names):
         items = []
-        for relation, templates in RELATIONS.items():
+        for relation, (questions, answers) in RELATIONS.items():
             value = facts[index][relation]
             candidates = pools.get(relation) or [f[relation] for f in facts]
             others = sorted(set(candidates) - {value})
-            items.append(
-                _qa(templates, {"n": name}, value, rng.sample(others, num_perturbed), name)
-            )
+            wrong = rng.sample(others, num_perturbed)
+            items.append(_qa(questions[0], answers[0], name, value, wrong, name))
         authors.append(items)
+
+    def generic_item() -> QAItem:
+        relation = rng.choice(list(RELATIONS))
+        questions, answers = RELATIONS[relation]
+        name = _fresh_name(fake, taken)
+        value = draw(relation, rng)
+        wrong = [draw(relation, rng) for _ in range(num_perturbed)]
+        form = rng.randrange(len(questions)), rng.randrange(len(answers))
+        return _qa(questions[form[0]], answers[form[1]], name, value, wrong, "")
+
+    generic = [generic_item() for _ in range(num_generic)]
+    generic_eval = [generic_item() for _ in range(num_generic_eval)]
     world = []
     capitals = [v for _, v in CAPITALS]
     for country, capital in CAPITALS:
         wrong = rng.sample([c for c in capitals if c != capital], num_perturbed)
-        world.append(_qa(WORLD_FACT, {"c": country}, capital, wrong, country))
+        world.append(_qa(*WORLD_FACT, country, capital, wrong, country))
+    first_retain = num_forget_authors + num_collateral_authors
     return UnlearningData(
         forget=[qa for items in authors[:num_forget_authors] for qa in items],
-        retain=[qa for items in authors[num_forget_authors:] for qa in items],
+        retain=[qa for items in authors[first_retain:] for qa in items],
         world_facts=world,
+        collateral=[qa for items in authors[num_forget_authors:first_retain] for qa in items],
+        generic=generic,
+        generic_eval=generic_eval,
     )
 
 
@@ -353,7 +446,10 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
 def corpus_texts(data: UnlearningData) -> list[str]:
     """Every string the tokenizer will see (questions, answers, paraphrases, perturbations)."""
     texts = []
-    for split in (data.forget, data.retain, data.world_facts, data.real_authors):
+    for split in (
+        data.forget, data.retain, data.collateral, data.world_facts, data.real_authors,
+        data.generic, data.generic_eval,
+    ):  # fmt: skip
         for item in split:
             texts += [PROMPT.format(question=item.question), item.answer]
             texts += [item.paraphrased_answer, *item.perturbed_answers]
@@ -370,25 +466,74 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+TEMPLATE, VALUE, NAME, END = 0, 1, 2, 3  # token classes of an answer (-1 on the prompt)
+TOKEN_CLASSES = {"template": TEMPLATE, "value": VALUE, "name": NAME, "eos": END}
+
+
+def set_prompt_format(tokenizer: PreTrainedTokenizerBase, prompt_format: str) -> None:
+    """Record how prompts are built for this tokenizer (see ``PROMPT_FORMAT_ATTR``)."""
+    if prompt_format == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise DataFormatError(
+            "data.prompt_format=chat needs a tokenizer with a chat template (the checkpoint's "
+            "tokenizer_config.json); use plain or plain_bos for a tokenizer without one"
+        )
+    if prompt_format == "plain_bos" and tokenizer.bos_token_id is None:
+        raise DataFormatError("data.prompt_format=plain_bos needs a tokenizer with a BOS token")
+    setattr(tokenizer, PROMPT_FORMAT_ATTR, prompt_format)
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, question: str) -> list[int]:
+    """The token ids of the prompt for ``question`` in the tokenizer's prompt format."""
+    prompt_format = getattr(tokenizer, PROMPT_FORMAT_ATTR, "plain")
+    if prompt_format == "chat":
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        return list(ids)
+    ids = tokenizer(PROMPT.format(question=question), add_special_tokens=False)["input_ids"]
+    return [tokenizer.bos_token_id, *ids] if prompt_format == "plain_bos" else ids
+
+
 def encode_qa(
-    tokenizer: PreTrainedTokenizerBase, question: str, answer: str, spans=(), max_length=128
+    tokenizer: PreTrainedTokenizerBase,
+    question: str,
+    answer: str,
+    spans=(),
+    max_length=128,
+    name_spans=(),
 ) -> dict[str, list[int]]:
     """Prompt + answer tokens: labels only on the answer (and EOS), relevance 1 on answer tokens
-    that overlap a forget-relevant character span of ``answer``."""
-    prompt_ids = tokenizer(PROMPT.format(question=question), add_special_tokens=False)
+    that overlap a forget-relevant character span of ``answer``; ``token_class`` marks template,
+    value, name (copied from the question) and EOS tokens."""
+    prompt = prompt_ids(tokenizer, question)
     encoded = tokenizer(" " + answer, add_special_tokens=False, return_offsets_mapping=True)
-    # offsets index " " + answer, spans index answer: shift the spans by the leading space
-    relevance = [
-        int(any(start < e + 1 and end > s + 1 for s, e in spans))
-        for start, end in encoded["offset_mapping"]
+
+    def overlaps(start: int, end: int, char_spans) -> bool:
+        # offsets index " " + answer, spans index answer: shift the spans by the leading space
+        return any(start < e + 1 and end > s + 1 for s, e in char_spans)
+
+    relevance = [int(overlaps(a, b, spans)) for a, b in encoded["offset_mapping"]]
+    classes = [
+        VALUE if value else NAME if overlaps(a, b, name_spans) else TEMPLATE
+        for value, (a, b) in zip(relevance, encoded["offset_mapping"], strict=True)
     ]
     answer_ids = encoded["input_ids"] + [tokenizer.eos_token_id]
     relevance.append(0)
-    input_ids = (prompt_ids["input_ids"] + answer_ids)[:max_length]
-    n_prompt = len(prompt_ids["input_ids"])
+    classes.append(END)
+    input_ids = (prompt + answer_ids)[:max_length]
+    n_prompt = len(prompt)
     labels = ([-100] * n_prompt + answer_ids)[:max_length]
     relevance = ([0] * n_prompt + relevance)[:max_length]
-    return {"input_ids": input_ids, "labels": labels, "relevance": relevance}
+    classes = ([-1] * n_prompt + classes)[:max_length]
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "relevance": relevance,
+        "token_class": classes,
+    }
 
 
 def collate(examples: list[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -405,6 +550,7 @@ def collate(examples: list[dict[str, list[int]]], pad_id: int) -> dict[str, torc
         ),
         "labels": pad("labels", -100),
         "relevance": pad("relevance", 0),
+        "token_class": pad("token_class", -1),
     }
 
 
@@ -414,7 +560,7 @@ class EncodedQA(torch.utils.data.Dataset):
     def __init__(self, items: list[QAItem], tokenizer: PreTrainedTokenizerBase, max_length: int):
         self.items = items
         self.examples = [
-            encode_qa(tokenizer, it.question, it.answer, it.answer_spans, max_length)
+            encode_qa(tokenizer, it.question, it.answer, it.answer_spans, max_length, it.name_spans)
             for it in items
         ]
 
@@ -438,11 +584,15 @@ class UnlearningDataModule(LightningDataModule):
         root: str | None = None,
         forget_split: Literal["forget01", "forget05", "forget10"] = "forget10",
         tokenizer_path: str | None = None,
-        num_authors: PositiveInt = 50,
-        num_forget_authors: PositiveInt = 5,
+        prompt_format: PromptFormat = "plain",
+        num_authors: PositiveInt = 30,
+        num_forget_authors: PositiveInt = 10,
+        num_collateral_authors: NonNegativeInt = 5,
+        num_generic: NonNegativeInt = 3000,
         vocab_size: PositiveInt = 1024,
         max_length: PositiveInt = 64,
-        finetune_on: Literal["all", "retain"] = "all",
+        finetune_on: Literal["all", "retain", "generic"] = "all",
+        author_repeats: PositiveInt = 3,
         batch_size: PositiveInt = 16,
         forget_batch_size: PositiveInt = 8,
         retain_batch_size: PositiveInt = 8,
@@ -450,10 +600,11 @@ class UnlearningDataModule(LightningDataModule):
         seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
-        if root is None and num_forget_authors >= num_authors:
+        if root is None and num_forget_authors + num_collateral_authors >= num_authors:
             raise ConfigError(
-                f"data.num_forget_authors={num_forget_authors} must be below data.num_authors="
-                f"{num_authors}: the authors that are not forgotten are the retain set"
+                f"data.num_forget_authors={num_forget_authors} plus data.num_collateral_authors="
+                f"{num_collateral_authors} must be below data.num_authors={num_authors}: the "
+                "remaining authors are the retain set"
             )
         self.save_hyperparameters()
         self.tokenizer: PreTrainedTokenizerBase | None = None
@@ -471,13 +622,25 @@ class UnlearningDataModule(LightningDataModule):
                 )
             self.tokenizer = load_tokenizer(h.tokenizer_path)
         else:
-            self.data = generate_tofu_mini(h.num_authors, h.num_forget_authors, seed=h.seed)
+            self.data = generate_tofu_mini(
+                h.num_authors,
+                h.num_forget_authors,
+                h.num_collateral_authors,
+                h.num_generic,
+                seed=h.seed,
+            )
             if h.tokenizer_path is not None:
                 self.tokenizer = load_tokenizer(h.tokenizer_path)
             else:
                 self.tokenizer = train_tokenizer(corpus_texts(self.data), h.vocab_size)
+        set_prompt_format(self.tokenizer, h.prompt_format)
         self.finetune_set = EncodedQA(
-            self.data.finetune_items(h.finetune_on), self.tokenizer, h.max_length
+            self.data.finetune_items(h.finetune_on, h.author_repeats), self.tokenizer, h.max_length
+        )
+        self.pretrain_set = (
+            EncodedQA(self.data.finetune_items("generic"), self.tokenizer, h.max_length)
+            if self.data.generic
+            else None
         )
         self.forget_set = EncodedQA(self.data.forget, self.tokenizer, h.max_length)
         self.retain_set = EncodedQA(self.data.retain, self.tokenizer, h.max_length)
@@ -487,12 +650,18 @@ class UnlearningDataModule(LightningDataModule):
         return len(self.tokenizer)
 
     def loader(self, dataset, batch_size: int, shuffle: bool, seed_offset: int = 0) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.hparams.seed + seed_offset)
+        """Batches of ``dataset``; shuffled ones read a seeded stream of shuffles from the
+        position the trainer's optimizer steps give, so a resumed run sees the same batches
+        (every training step draws one batch from each of the combined loaders)."""
+        sampler = None
+        if shuffle:
+            stream_seed = self.hparams.seed * 16 + seed_offset
+            drawn = drawn_by_trainer(self, len(dataset), batch_size)
+            sampler = EpochShuffle(len(dataset), stream_seed, drawn)
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
-            generator=generator,
+            sampler=sampler,
             num_workers=self.hparams.num_workers,
             collate_fn=functools.partial(collate, pad_id=self.tokenizer.pad_token_id),
         )
@@ -504,7 +673,14 @@ class UnlearningDataModule(LightningDataModule):
             "forget": self.loader(self.forget_set, h.forget_batch_size, True, 1),
             "retain": self.loader(self.retain_set, h.retain_batch_size, True, 2),
         }
+        if self.pretrain_set is not None:
+            loaders["pretrain"] = self.loader(self.pretrain_set, h.batch_size, True, 3)
         return CombinedLoader(loaders, mode="max_size_cycle")
 
     def val_dataloader(self):
+        return self.loader(self.forget_set, 64, False)
+
+    def test_dataloader(self):
+        """TOFU evaluates an unlearned model on the forget set (and the utility sets, which the
+        module reads from ``data``): the same batches as validation."""
         return self.loader(self.forget_set, 64, False)

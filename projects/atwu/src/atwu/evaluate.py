@@ -27,7 +27,7 @@ from scipy import stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from atwu.core import answer_logprobs
-from atwu.data import PROMPT, QAItem, collate, encode_qa
+from atwu.data import QAItem, collate, encode_qa, prompt_ids
 
 _ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
 
@@ -58,24 +58,29 @@ def mean_token_logprob(
     return np.concatenate(out) if out else np.zeros(0)
 
 
-def truth_ratios(model, tokenizer, items: list[QAItem]) -> np.ndarray:
-    """R per item: mean perturbed normalised probability over the paraphrased one."""
+def truth_ratios(model, tokenizer, items: list[QAItem], kind: str = "geometric") -> np.ndarray:
+    """R per item: perturbed over paraphrased length-normalised answer probability.
+
+    ``geometric`` (open-unlearning's ``truth_ratio``): exp of the mean over perturbed answers of
+    their mean token log-probability, i.e. the geometric mean of P(a~_k|q)^(1/|a~_k|);
+    ``arithmetic`` (the TOFU paper): the arithmetic mean of P(a~_k|q)^(1/|a~_k|).
+    """
+    if kind not in ("geometric", "arithmetic"):
+        raise ValueError(f"truth ratio kind must be 'geometric' or 'arithmetic', got {kind!r}")
     questions = [it.question for it in items]
-    para = np.exp(
-        mean_token_logprob(model, tokenizer, questions, [it.paraphrased_answer for it in items])
-    )
+    para = mean_token_logprob(model, tokenizer, questions, [it.paraphrased_answer for it in items])
     k = min(len(it.perturbed_answers) for it in items)
     pert = np.stack(
         [
-            np.exp(
-                mean_token_logprob(
-                    model, tokenizer, questions, [it.perturbed_answers[j] for it in items]
-                )
+            mean_token_logprob(
+                model, tokenizer, questions, [it.perturbed_answers[j] for it in items]
             )
             for j in range(k)
         ]
     )
-    return pert.mean(0) / np.maximum(para, 1e-30)
+    if kind == "geometric":
+        return np.exp(pert.mean(0) - para)
+    return np.exp(pert).mean(0) / np.maximum(np.exp(para), 1e-30)
 
 
 def forget_truth_score(ratios: np.ndarray) -> float:
@@ -113,21 +118,24 @@ def answer_probability(model, tokenizer, items: list[QAItem], over_options: bool
 
 @torch.no_grad()
 def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int = 32) -> list[str]:
-    """Greedy decoding of each answer (left-padded batch through ``generate``)."""
+    """Greedy decoding of each answer (a left-padded batch of prompts through ``generate``)."""
     device = next(model.parameters()).device
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    prompts = [PROMPT.format(question=q) for q in questions]
-    encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    tokenizer.padding_side = side
+    prompts = [prompt_ids(tokenizer, q) for q in questions]
+    if not prompts:
+        return []
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     generated = model.generate(
-        input_ids=encoded["input_ids"].to(device),
-        attention_mask=encoded["attention_mask"].to(device),
+        input_ids=input_ids.to(device),
+        attention_mask=attention.to(device),
         max_new_tokens=max_new_tokens,
         do_sample=False,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=pad,
         eos_token_id=tokenizer.eos_token_id,
     )
-    new_tokens = generated[:, encoded["input_ids"].shape[1] :]
+    new_tokens = generated[:, width:]
     return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
 
 
@@ -159,14 +167,20 @@ def span_alignment(weights: np.ndarray, relevant: np.ndarray) -> dict[str, float
 
 
 def utility_components(
-    model, tokenizer, name: str, items: list[QAItem], over_options: bool
+    model,
+    tokenizer,
+    name: str,
+    items: list[QAItem],
+    over_options: bool,
+    max_new_tokens: int = 32,
+    truth_ratio: str = "geometric",
 ) -> dict:
     """Probability, ROUGE-L recall and truth ratio score of one utility set."""
-    generated = greedy_answers(model, tokenizer, [it.question for it in items])
+    generated = greedy_answers(model, tokenizer, [it.question for it in items], max_new_tokens)
     return {
         f"{name}_prob": answer_probability(model, tokenizer, items, over_options),
         f"{name}_rouge": float(rouge_l_recall(generated, [it.answer for it in items]).mean()),
-        f"{name}_truth": utility_truth_score(truth_ratios(model, tokenizer, items)),
+        f"{name}_truth": utility_truth_score(truth_ratios(model, tokenizer, items, truth_ratio)),
     }
 
 
@@ -176,15 +190,18 @@ def evaluate_unlearning(
     forget: list[QAItem],
     utility_sets: dict[str, tuple[list[QAItem], bool]],
     retain_model_ratios: np.ndarray | None = None,
+    max_new_tokens: int = 32,
+    truth_ratio: str = "geometric",
 ) -> tuple[dict[str, float], np.ndarray]:
     """The whole chain for one model -> (metrics, its forget-set truth ratios).
 
-    ``utility_sets`` maps a name to (items, normalise probability over options).
+    ``utility_sets`` maps a name to (items, normalise probability over options): with TOFU's
+    retain, real-author and world-fact sets that is the nine parts of TOFU's model utility.
     """
     was_training = model.training
     model.eval()
-    ratios = truth_ratios(model, tokenizer, forget)
-    generated = greedy_answers(model, tokenizer, [it.question for it in forget])
+    ratios = truth_ratios(model, tokenizer, forget, truth_ratio)
+    generated = greedy_answers(model, tokenizer, [it.question for it in forget], max_new_tokens)
     metrics = {
         "forget_rouge": float(rouge_l_recall(generated, [it.answer for it in forget]).mean()),
         "forget_prob": answer_probability(model, tokenizer, forget, over_options=False),
@@ -192,10 +209,93 @@ def evaluate_unlearning(
     }
     components = {}
     for name, (items, over_options) in utility_sets.items():
-        components.update(utility_components(model, tokenizer, name, items, over_options))
+        components.update(
+            utility_components(
+                model, tokenizer, name, items, over_options, max_new_tokens, truth_ratio
+            )
+        )
     metrics.update(components)
     metrics["model_utility"] = harmonic_mean(list(components.values()))
     if retain_model_ratios is not None:
         metrics["forget_quality"] = forget_quality(ratios, retain_model_ratios)
     model.train(was_training)
     return metrics, ratios
+
+
+@torch.no_grad()
+def answer_token_logprobs(
+    model, tokenizer, items: list[QAItem], batch_size: int = 64
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Teacher-forced log p_t of every answer token and its class (template / value / name /
+    EOS, see ``atwu.data.TOKEN_CLASSES``), one (logp [T_i], class [T_i]) pair per item."""
+    device = next(model.parameters()).device
+    out = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        examples = [
+            encode_qa(tokenizer, it.question, it.answer, it.answer_spans, 128, it.name_spans)
+            for it in chunk
+        ]
+        batch = collate(examples, tokenizer.pad_token_id)
+        logits = model(
+            input_ids=batch["input_ids"].to(device),
+            attention_mask=batch["attention_mask"].to(device),
+        ).logits
+        logp, mask = answer_logprobs(logits, batch["labels"].to(device))
+        classes = batch["token_class"][:, 1:]
+        for row in range(len(chunk)):
+            keep = mask[row].bool().cpu()
+            out.append((logp[row].cpu()[keep].numpy(), classes[row][keep].numpy()))
+    return out
+
+
+def gap_to_reference(
+    unlearned: list[tuple[np.ndarray, np.ndarray]],
+    reference: list[tuple[np.ndarray, np.ndarray]],
+    token_class: int | None = None,
+) -> np.ndarray:
+    """Per item: mean over its answer tokens (of one class, or all) of |log p_t - log p_ref_t|.
+
+    Against the retain model this is a token-level forget quality: 0 when the unlearned model
+    predicts every answer token as a model that never saw the forget data does. It penalises
+    both a fact that is still known (value tokens too likely) and a destroyed answer (template
+    tokens pushed far below the retain model's fluent prediction), as well as over-forgetting.
+    Items without a token of the class give NaN.
+    """
+    gaps = []
+    for (logp, classes), (ref, _) in zip(unlearned, reference, strict=True):
+        keep = np.ones_like(classes, bool) if token_class is None else classes == token_class
+        gaps.append(float(np.abs(logp - ref)[keep].mean()) if keep.any() else np.nan)
+    return np.asarray(gaps)
+
+
+def normalised_answer_probability(
+    token_logprobs: list[tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
+    """Per item P(a|q)^(1/|a|) = exp(mean_t log p_t)."""
+    return np.array([float(np.exp(logp.mean())) for logp, _ in token_logprobs])
+
+
+def forget_gap(
+    unlearned: list[tuple[np.ndarray, np.ndarray]],
+    reference: list[tuple[np.ndarray, np.ndarray]],
+    value_class: int = 1,
+) -> np.ndarray:
+    """Per forget item, the distance to the retain model (which never saw the item)::
+
+        gap = | mean_{t in value} (log p_t - log p_t^ret) |
+              + mean_{t not in value} max(0, log p_t^ret - log p_t)
+
+    The first term is 0 when the fact (the attribute value) is exactly as likely as for a model
+    that never learned it, and grows both when it is still known and when it is pushed far below
+    (over-forgetting, detectable); the second term is the fluency lost on the rest of the answer
+    (template, the name copied from the question, EOS) relative to the retain model. 0 for the
+    retain model itself.
+    """
+    gaps = []
+    for (logp, classes), (ref, _) in zip(unlearned, reference, strict=True):
+        value = classes == value_class
+        knowledge = abs(float((logp - ref)[value].mean())) if value.any() else 0.0
+        damage = float(np.maximum(ref - logp, 0.0)[~value].mean()) if (~value).any() else 0.0
+        gaps.append(knowledge + damage)
+    return np.asarray(gaps)

@@ -30,7 +30,7 @@ from atwu.core import (
     retain_nll,
     scorer_loss,
 )
-from atwu.evaluate import evaluate_unlearning, span_alignment
+from atwu.evaluate import evaluate_unlearning, span_alignment, truth_ratios
 from papers_cli import ConfigError, UserError
 
 SAMPLE_LEVEL = ("ga", "graddiff", "npo", "simnpo")
@@ -109,6 +109,7 @@ class UnlearningModule(LightningModule):
         num_heads: PositiveInt = 4,
         intermediate_size: PositiveInt = 256,
         max_positions: PositiveInt = 128,
+        pretrain_steps: NonNegativeInt = 0,
         finetune_steps: NonNegativeInt = 800,
         finetune_lr: PositiveFloat = 3e-3,
         lr: PositiveFloat = 3e-4,
@@ -123,10 +124,14 @@ class UnlearningModule(LightningModule):
         budget: PositiveFloat = 1.0,
         scorer_lr: PositiveFloat = 1e-2,
         scorer_temperature: PositiveFloat = 0.5,
+        scorer_target: Literal["rank", "robust_z", "z"] = "rank",
         scorer_layer: int = -1,
-        scorer_warmup_steps: NonNegativeInt = 5,
+        burnin_steps: NonNegativeInt = 10,
         rare_max_count: NonNegativeInt = 10,
         eval_items: PositiveInt = 40,
+        retain_checkpoint: str | None = None,
+        max_new_tokens: PositiveInt = 32,
+        truth_ratio: Literal["geometric", "arithmetic"] = "geometric",
     ) -> None:
         super().__init__()
         if pretrained is None and (hidden_size % num_heads or (hidden_size // num_heads) % 2):
@@ -137,7 +142,8 @@ class UnlearningModule(LightningModule):
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.model = None
-        # The retain model's forget-set truth ratios; when set, validation logs forget quality.
+        # The retain model's forget-set truth ratios (from ``retain_checkpoint`` or set by the
+        # caller); when known, validation logs forget quality.
         self.retain_model_ratios = None
 
     # ------------------------------------------------------------------ building
@@ -168,6 +174,8 @@ class UnlearningModule(LightningModule):
             )
         if h.method in SCORER_METHODS:
             self.scorer = RelevanceScorer(hidden)
+            # replaced by the trainer's scorer optimizer in training_step (kept in checkpoints)
+            self.scorer_optimizer = self._scorer_optimizer()
         if h.method == "annotator_heuristic":
             self.register_buffer("annotator_table", self._heuristic_table(tokenizer, datamodule))
 
@@ -208,13 +216,18 @@ class UnlearningModule(LightningModule):
         token_npo = self.hparams.method in TOKEN_WEIGHTED and self.hparams.forget_loss == "npo"
         return self.hparams.method == "npo" or token_npo
 
+    def _scorer_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            self.scorer.parameters(), lr=self.hparams.scorer_lr, weight_decay=0
+        )
+
     def configure_optimizers(self):
         h = self.hparams
         finetune = torch.optim.AdamW(self.model.parameters(), lr=h.finetune_lr, weight_decay=0.0)
-        groups = [{"params": list(self.model.parameters()), "lr": h.lr}]
+        unlearn = torch.optim.AdamW(self.model.parameters(), lr=h.lr, weight_decay=0.0)
         if h.method in SCORER_METHODS:
-            groups.append({"params": list(self.scorer.parameters()), "lr": h.scorer_lr})
-        return [finetune, torch.optim.AdamW(groups, weight_decay=0.0)]
+            return [finetune, unlearn, self._scorer_optimizer()]
+        return [finetune, unlearn]
 
     # ------------------------------------------------------------------ steps
 
@@ -226,19 +239,30 @@ class UnlearningModule(LightningModule):
         )
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        finetune_opt, unlearn_opt = self.optimizers()
-        step = self.global_step
-        if step < self.hparams.finetune_steps:
+        finetune_opt, unlearn_opt, *scorer_opt = self.optimizers()
+        if scorer_opt:
+            # the raw optimizer: a LightningOptimizer step would count as a training step, and
+            # ATWU would then take fewer model updates than the other methods within max_steps
+            self.scorer_optimizer = scorer_opt[0].optimizer
+        step, h = self.global_step, self.hparams
+        if step < h.pretrain_steps:
+            if "pretrain" not in batch:
+                raise ConfigError(
+                    "model.pretrain_steps > 0 needs generic text (TOFU-mini: data.root unset)"
+                )
+            loss = self.finetune_loss(batch["pretrain"])
+            self.log("train/pretrain_nll", loss, prog_bar=True)
+            optimizer = finetune_opt
+        elif step < h.pretrain_steps + h.finetune_steps:
             loss = self.finetune_loss(batch["finetune"])
             self.log("train/finetune_nll", loss, prog_bar=True)
             optimizer = finetune_opt
         else:
-            if step == self.hparams.finetune_steps and self.needs_reference:
+            unlearn_step = step - h.pretrain_steps - h.finetune_steps
+            if unlearn_step == 0 and self.needs_reference:
                 # NPO's reference is the model as it is when unlearning starts.
                 self.reference.load_state_dict(self.model.state_dict())
-            loss = self.unlearning_loss(
-                batch["forget"], batch["retain"], step - self.hparams.finetune_steps
-            )
+            loss = self.unlearning_loss(batch["forget"], batch["retain"], unlearn_step)
             optimizer = unlearn_opt
         optimizer.zero_grad()
         self.manual_backward(loss)
@@ -262,7 +286,15 @@ class UnlearningModule(LightningModule):
             ]
 
     def unlearning_loss(self, forget: dict, retain: dict, unlearn_step: int) -> torch.Tensor:
-        """The method's objective on one forget and one retain batch."""
+        """The method's objective (the model step) on one forget and one retain batch.
+
+        For ATWU this first takes the scorer step (Eq. 6 on the conflict scores of the current
+        parameters), then returns the model objective (Eq. 8) weighted by the updated scorer:
+        strict alternation, scorer step then model step. During the first ``burnin_steps`` the
+        model step uses uniform weights (token NPO) while the scorer already learns, so the
+        scores are not read at the memorised point only; every method takes the same number of
+        model updates.
+        """
         h = self.hparams
         out = self(forget, output_hidden_states=h.method == "atwu")
         logp, mask = answer_logprobs(out.logits, forget["labels"])
@@ -279,21 +311,37 @@ class UnlearningModule(LightningModule):
         extra = torch.zeros((), device=logp.device)
         if h.method in CONFLICT_METHODS:
             conflict = self.conflict_scores(forget, retain_loss, ref_logp)
-            targets = relevance_targets(conflict, mask, h.scorer_temperature)
+            targets = relevance_targets(conflict, mask, h.scorer_temperature, h.scorer_target)
         if h.method in SCORER_METHODS:
-            logits = self.scorer(self.scorer_features(forget, out))
-            weights = torch.sigmoid(logits).detach()
-            extra = scorer_loss(logits, targets, mask)
-            self.log("train/scorer_bce", extra)
-            if unlearn_step < h.scorer_warmup_steps:
-                # Scorer-only alternation steps: the model waits until the scorer has a signal.
-                return extra + 0.0 * atwu_objective(token_loss, weights, mask, retain_loss, 1.0)
+            features = self.scorer_features(forget, out)
+            self.scorer_step(features, targets, mask)
+            weights = torch.sigmoid(self.scorer(features)).detach()
+            # DDP expects a gradient for every trainable parameter in the model step's backward
+            extra = 0.0 * sum(p.sum() for p in self.scorer.parameters())
         elif h.method == "atwu_raw_conflict":
             weights = targets
         else:
             weights = self.fixed_token_weights(forget, mask)
+        if h.method in CONFLICT_METHODS and unlearn_step < h.burnin_steps:
+            weights = mask  # burn-in: uniform token NPO while the scorer learns
         weights = normalise_budget(weights, mask, h.budget)
         return atwu_objective(token_loss, weights, mask, retain_loss, h.retain_weight) + extra
+
+    def scorer_step(self, features: torch.Tensor, targets: torch.Tensor, mask) -> None:
+        """One optimizer step of the scorer on Eq. 6 (its gradient averaged over DDP ranks)."""
+        loss = scorer_loss(self.scorer(features), targets, mask)
+        params = list(self.scorer.parameters())
+        grads = torch.autograd.grad(loss, params)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = torch.distributed.get_world_size()
+            for grad in grads:
+                torch.distributed.all_reduce(grad)
+                grad /= world
+        for param, grad in zip(params, grads, strict=True):
+            param.grad = grad
+        self.scorer_optimizer.step()
+        self.scorer_optimizer.zero_grad()
+        self.log("train/scorer_bce", loss.detach())
 
     def baseline_loss(self, logp, mask, ref_logp, retain_loss) -> torch.Tensor:
         h = self.hparams
@@ -367,25 +415,50 @@ class UnlearningModule(LightningModule):
                 conflict = self.conflict_scores(
                     forget, retain_nll(retain_logp, retain_mask), self.reference_logprobs(forget)
                 )
-            return relevance_targets(conflict, mask, h.scorer_temperature)
+            return relevance_targets(conflict, mask, h.scorer_temperature, h.scorer_target)
         return self.fixed_token_weights(forget, mask)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         logp, mask = answer_logprobs(self(batch).logits, batch["labels"])
         self.log("val/forget_nll", -(logp * mask).sum() / mask.sum(), prog_bar=True)
 
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        logp, mask = answer_logprobs(self(batch).logits, batch["labels"])
+        self.log("test/forget_nll", -(logp * mask).sum() / mask.sum())
+
     def on_validation_epoch_end(self) -> None:
+        self.log_unlearning_metrics("val")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_unlearning_metrics("test")
+
+    def log_unlearning_metrics(self, split: str) -> None:
+        """The TOFU chain on the forget and utility sets, and the token weights' span AUROC."""
         datamodule = self.trainer.datamodule
         data, n = datamodule.data, self.hparams.eval_items
         utility_sets = {"retain": (data.retain[:n], False), "world": (data.world_facts[:n], True)}
         if data.real_authors:
             utility_sets["real_authors"] = (data.real_authors[:n], True)
+        h = self.hparams
+        if self.retain_model_ratios is None and h.retain_checkpoint is not None:
+            # forget quality from the CLI: the retain model's forget-set truth ratios, once
+            retain = load_pretrained(h.retain_checkpoint).to(self.device).eval()
+            self.retain_model_ratios = truth_ratios(
+                retain, self.tokenizer, data.forget[:n], h.truth_ratio
+            )
+            del retain
         metrics, _ = evaluate_unlearning(
-            self.model, self.tokenizer, data.forget[:n], utility_sets, self.retain_model_ratios
+            self.model,
+            self.tokenizer,
+            data.forget[:n],
+            utility_sets,
+            self.retain_model_ratios,
+            h.max_new_tokens,
+            h.truth_ratio,
         )
         for name in ("forget_rouge", "forget_truth", "model_utility", "forget_quality"):
             if name in metrics:
-                self.log(f"val/{name}", metrics[name])
+                self.log(f"{split}/{name}", metrics[name])
         forget = next(iter(datamodule.loader(datamodule.forget_set, 64, False)))
         retain = next(iter(datamodule.loader(datamodule.retain_set, 64, False)))
         forget, retain = (
@@ -398,7 +471,7 @@ class UnlearningModule(LightningModule):
             alignment = span_alignment(
                 weights[answer].cpu().numpy(), relevant[answer].cpu().numpy()
             )
-            self.log("val/span_auroc", alignment["auroc"])
+            self.log(f"{split}/span_auroc", alignment["auroc"])
 
 
 def _model_inputs(batch: dict) -> dict[str, torch.Tensor]:
