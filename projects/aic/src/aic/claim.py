@@ -315,7 +315,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
 def check_precondition(pairs: dict[int, Pair], settings: dict[str, Any]) -> dict[str, Any]:
     """Validation episodes: the fixed network learns the task and one step does not suffice."""
     rule = settings["precondition"]
-    fixed_success = float(np.mean([p.run("val", "fixed_k")["success"].mean() for p in pairs.values()]))
+    fixed_success = float(
+        np.mean([p.run("val", "fixed_k")["success"].mean() for p in pairs.values()])
+    )
     fixed_return = float(
         np.mean([p.run("val", "fixed_k")["episode_return"].mean() for p in pairs.values()])
     )

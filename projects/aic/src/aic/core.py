@@ -30,7 +30,8 @@ Training uses deep supervision so every intermediate readout is a usable policy:
 
 Compute is counted as the number of refinement steps and as analytic FLOPs per decision
 (``flops_per_decision``): the encoder once, the core per step, and only the heads a rule really
-runs (a fixed-K policy reads out once; AIC runs its halting head per step and reads out once). ``adaptive_act`` runs Eq. 6 on a compacted batch: halted samples are
+runs (a fixed-K policy reads out once; AIC runs its halting head per step and reads out
+once). ``adaptive_act`` runs Eq. 6 on a compacted batch: halted samples are
 dropped from the batch, so they really skip the remaining steps.
 """
 

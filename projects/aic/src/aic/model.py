@@ -16,6 +16,7 @@ from aic.core import (
     halting_loss,
     halting_steps,
     policy_losses,
+    select_steps,
     step_returns,
     voc_targets,
 )
@@ -41,6 +42,7 @@ class AicModule(LightningModule):
         halt_weight: NonNegativeFloat = 1.0,
         critic_weight: NonNegativeFloat = 1.0,
         lr: PositiveFloat = 3e-3,
+        lr_schedule: Literal["onecycle", "constant"] = "onecycle",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -69,15 +71,24 @@ class AicModule(LightningModule):
         per_step = policy_losses(self.spec.action_kind, out["actions"], target)
         losses = {"policy": deep_supervision_loss(per_step, deep=h.mode == "aic")}
         q_values = None
+        exact = q_star if "q" in out else None  # exact values for the logged returns
         if "q" in out:
             losses["critic"] = F.mse_loss(out["q"], q_star)
             q_values = out["q"].detach() if h.voc_source == "critic" else q_star
         if h.mode == "aic":
             returns = step_returns(self.spec.return_kind, out["actions"], target, q_values)
             losses["halt"] = halting_loss(out["halt"], voc_targets(returns, h.voc_horizon))
-            losses["mean_steps"] = (
-                halting_steps(out["halt"].detach(), h.price_per_step).float().mean()
+            steps = halting_steps(out["halt"].detach(), h.price_per_step)
+            losses["mean_steps"] = steps.float().mean()
+            # Eq. 3 under the exact values (grid: Q*/V*, language: log-lik in nats, robotics:
+            # -squared distance to the expert) of the readout AIC halts at, per state
+            exact_returns = step_returns(
+                self.spec.return_kind, out["actions"].detach(), target, exact
             )
+            losses["return_at_halt"] = select_steps(exact_returns[..., None], steps).mean()
+        losses["return_at_k_max"] = step_returns(
+            self.spec.return_kind, out["actions"][:, -1:].detach(), target, exact
+        ).mean()
         losses["final_step_loss"] = per_step[-1].detach()
         losses["loss"] = (
             losses["policy"]
@@ -95,8 +106,14 @@ class AicModule(LightningModule):
         losses = self.losses(batch)
         self.log_dict({f"val/{k}": v for k, v in losses.items()}, prog_bar=True, sync_dist=True)
 
+    def test_step(self, batch, batch_idx):
+        losses = self.losses(batch)
+        self.log_dict({f"test/{k}": v for k, v in losses.items()}, sync_dist=True)
+
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=1e-4)
+        if self.hparams.lr_schedule == "constant":
+            return optimizer
         steps = self.trainer.estimated_stepping_batches
         schedule = torch.optim.lr_scheduler.OneCycleLR(
             optimizer, self.hparams.lr, total_steps=steps
