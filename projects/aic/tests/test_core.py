@@ -76,7 +76,7 @@ def test_halting_head_learns_known_difficulty_without_collapse():
     returns = (k[None] >= difficulty[:, None]).float()  # R_k(s) known exactly
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
     for _ in range(100):
-        loss = halting_loss(policy(obs)["halt"], voc_targets(returns))
+        loss = halting_loss(policy(obs)["halt"], voc_targets(returns, "cumulative"))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -50,7 +50,7 @@ from aic.core import (  # noqa: E402
 from aic.data import AicDataModule  # noqa: E402
 from aic.evaluate import compacted_rule, readout_table, rollout, table_rule  # noqa: E402
 from aic.model import AicModule  # noqa: E402
-from aic.protocol import removal_curve, validity  # noqa: E402
+from aic.protocol import addition_control, removal_curve, validity  # noqa: E402
 from aic.tasks import Task, get_task  # noqa: E402
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
@@ -376,7 +376,7 @@ def gather_evidence(pairs, chosen, random_means, settings) -> dict[str, Any]:
     evidence: dict[str, Any] = {"relative_parameter_change_of_aic": {}, "flops_parts": {}}
     evidence["random_halting_target_mean_steps"] = random_means
     evidence["train_seconds"] = {s: p.train_s for s, p in pairs.items()}
-    removal, valid = {}, {}
+    removal, valid, added = {}, {}, {}
     for seed, p in pairs.items():
         evidence["relative_parameter_change_of_aic"][seed] = p.moved()
         evidence["flops_parts"][seed] = p.flops
@@ -391,7 +391,9 @@ def gather_evidence(pairs, chosen, random_means, settings) -> dict[str, Any]:
             returns, steps, settings["removal_fractions"], settings["n_random"], seed
         )
         valid[seed] = validity(steps, torch.from_numpy(val["difficulty"]), returns, seed)
+        added[seed] = addition_control(returns, steps, 0.3, settings["n_random"], seed)
     evidence["removal_offline"] = removal
+    evidence["addition_offline"] = added
     evidence["validity_offline"] = valid
     return evidence
 

@@ -18,7 +18,7 @@ and the value of computation (VoC) of refining beyond step k is the gain it buys
 
 with g_{K_max} = G_{K_max} = 0. The halting head regresses the *detached* VoC target,
 
-    L_halt = sum_k Huber(u_k, sg[G_k])                                              (Eq. 5)
+    L_halt = sum_k Huber(u_k, sg[g_k])                                              (Eq. 5)
 
 and inference halts at the first step whose predicted gain no longer pays the price lambda:
 
@@ -150,7 +150,7 @@ def step_returns(
     raise ValueError(f"unknown return kind {kind!r}; one of {RETURN_KINDS}")
 
 
-def voc_targets(returns: torch.Tensor, horizon: str = "cumulative") -> torch.Tensor:
+def voc_targets(returns: torch.Tensor, horizon: str = "one_step") -> torch.Tensor:
     """Eq. 4: detached value-of-computation targets [B, K] (last step: 0)."""
     returns = returns.detach()
     if horizon == "one_step":

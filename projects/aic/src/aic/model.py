@@ -37,7 +37,7 @@ class AicModule(LightningModule):
         k_max: PositiveInt = 8,
         mode: Literal["aic", "fixed"] = "aic",
         price_per_step: NonNegativeFloat = 0.01,
-        voc_horizon: Literal["one_step", "cumulative"] = "cumulative",
+        voc_horizon: Literal["one_step", "cumulative"] = "one_step",
         voc_source: Literal["critic", "oracle"] = "critic",
         halt_weight: NonNegativeFloat = 1.0,
         critic_weight: NonNegativeFloat = 1.0,

@@ -115,7 +115,7 @@ def train_a2c(
         deep = (teacher * (final.detach()[:, None] - logp[:, :-1])).sum(-1).mean()
         critic = F.mse_loss(q_taken, targets)
         returns = step_returns("q", out["actions"], None, out["q"].detach())
-        halt = halting_loss(out["halt"], voc_targets(returns))
+        halt = halting_loss(out["halt"], voc_targets(returns, "one_step"))
         loss = actor + deep + critic + halt
         optimizer.zero_grad()
         loss.backward()
