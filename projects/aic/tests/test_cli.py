@@ -9,7 +9,9 @@ from aic.model import AicModule
 from papers_cli.testing import check_resume, run_ddp_train, user_error_message
 
 PROJECT = Path(__file__).resolve().parents[1]
-CLI_CONFIGS = [PROJECT / "configs" / name for name in ("default.yaml", "paper.yaml")]
+CLI_CONFIGS = [
+    PROJECT / "configs" / name for name in ("default.yaml", "paper.yaml", "rl_minigrid.yaml")
+]
 
 
 @pytest.mark.parametrize("config", CLI_CONFIGS, ids=lambda p: p.name)
@@ -64,6 +66,10 @@ def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
         (["--data.task=point-maze-umaze"], "no spatial input"),  # conv on a state vector
         (["--model.dim=6"], "model.dim=6 must be a multiple of 4"),  # the conv core's groups
         (["--data.task=program-lm", "--data.env_id=Reacher-v5"], "reads text"),
+        (
+            ["--data.task=point-maze-umaze", "--model.architecture=gru", "--model.mode=a2c"],
+            "grid worlds only",
+        ),
     ],
 )
 def test_bad_inputs_exit_2_with_one_paragraph(tiny_args, flags, message, capsys):
@@ -104,10 +110,21 @@ def test_every_readout_is_supervised_in_aic_mode_and_only_the_last_in_fixed(mode
         assert per_step[-1] > 0 and (per_step[:-1] == 0).all()
 
 
-def test_training_logs_the_exact_return(tiny_args):
-    metrics = train(tiny_args).trainer.callback_metrics
+def test_training_logs_the_exact_and_the_episode_return(tiny_args):
+    metrics = train([*tiny_args, "--model.eval_episodes=2"]).trainer.callback_metrics
     assert 0 < metrics["val/return_at_halt"] <= 1.0 + 1e-6  # Q*/V*: a fraction of the optimum
     assert 0 < metrics["val/return_at_k_max"] <= 1.0 + 1e-6
+    assert 0 <= metrics["val/episode_return"] <= 1.0  # MiniGrid's episode return
+    assert 1 <= metrics["val/episode_mean_steps"] <= 3
+
+
+def test_rl_config_trains_a2c_through_the_cli(tiny_args):
+    config = PROJECT / "configs" / "rl_minigrid.yaml"
+    cli = train(["--config", str(config), *tiny_args, "--model.eval_episodes=2"])
+    metrics = cli.trainer.callback_metrics
+    assert cli.model.hparams.mode == "a2c" and cli.trainer.global_step == 8
+    assert "train/actor" in metrics and "val/episode_return" in metrics
+    assert "train/episode_return" in metrics  # Empty-6x6 episodes end within 8 x 16 steps
 
 
 def test_resume_continues_exactly(tiny_args, tmp_path):

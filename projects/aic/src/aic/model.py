@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 
 from aic.architectures import Architecture
@@ -20,12 +21,20 @@ from aic.core import (
     step_returns,
     voc_targets,
 )
+from aic.rl import A2CCollector, a2c_losses, evaluate_policy
 from aic.tasks import VOCAB, TaskName, get_task, obs_shape
+from papers_cli import ConfigError
 
 
 class AicModule(LightningModule):
-    """mode="aic": deep supervision + critic + VoC halting head; mode="fixed": the fixed-K
-    counterpart (the same network trained on its K_max-th readout only, no halting)."""
+    """mode="aic": deep supervision + critic + VoC halting head (imitation of the expert);
+    mode="fixed": the fixed-K counterpart (the same network trained on its K_max-th readout
+    only, no halting); mode="a2c": reinforcement learning on a grid task (``rl.py``: A2C, no
+    expert; each training batch only paces one update of n_envs x n_steps transitions, and the
+    expert-labelled validation states measure the exact return).
+
+    ``eval_episodes`` > 0 (grid tasks) rolls AIC out after every validation epoch and logs the
+    mean episode return (``val/episode_return``) and refinement steps."""
 
     def __init__(
         self,
@@ -35,7 +44,7 @@ class AicModule(LightningModule):
         architecture: Architecture = "conv",
         dim: PositiveInt = 32,
         k_max: PositiveInt = 8,
-        mode: Literal["aic", "fixed"] = "aic",
+        mode: Literal["aic", "fixed", "a2c"] = "aic",
         price_per_step: NonNegativeFloat = 0.01,
         voc_horizon: Literal["one_step", "cumulative"] = "one_step",
         voc_source: Literal["critic", "oracle"] = "critic",
@@ -43,11 +52,23 @@ class AicModule(LightningModule):
         critic_weight: NonNegativeFloat = 1.0,
         lr: PositiveFloat = 3e-3,
         lr_schedule: Literal["onecycle", "constant"] = "onecycle",
+        eval_episodes: NonNegativeInt = 0,
+        n_envs: PositiveInt = 8,
+        n_steps: PositiveInt = 16,
+        gamma: PositiveFloat = 0.95,
+        entropy: NonNegativeFloat = 0.01,
+        rl_seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         spec = get_task(task, env_id)
         self.spec = spec
+        if mode == "a2c" and spec.domain != "grid":
+            raise ConfigError(
+                f"model.mode=a2c trains on grid worlds only; task '{task}' is {spec.domain}. "
+                "Use a MiniGrid task (e.g. --data.task=lava-crossing) or mode=aic."
+            )
+        self.collector = None
         self.policy = AICPolicy(
             obs_kind=spec.obs_kind,
             obs_shape=obs_shape(spec, context),
@@ -98,9 +119,33 @@ class AicModule(LightningModule):
         return losses
 
     def training_step(self, batch, batch_idx):
+        if self.hparams.mode == "a2c":
+            return self.a2c_step()
         losses = self.losses(batch)
         self.log_dict({f"train/{k}": v for k, v in losses.items()}, prog_bar=False)
         return losses["loss"]
+
+    def a2c_step(self) -> torch.Tensor:
+        h = self.hparams
+        if self.collector is None:  # each rank steps its own environments
+            self.collector = A2CCollector(self.spec, h.n_envs, h.rl_seed + self.global_rank)
+        rollout = self.collector.collect(self.policy, h.n_steps)
+        losses = a2c_losses(self.policy, rollout, h.gamma, h.entropy, h.voc_horizon)
+        self.log_dict({f"train/{k}": v for k, v in losses.items()})
+        if rollout["finished_returns"]:
+            self.log("train/episode_return", float(np.mean(rollout["finished_returns"])))
+        return losses["loss"]
+
+    def on_validation_epoch_end(self) -> None:
+        h = self.hparams
+        if h.eval_episodes and self.spec.domain == "grid" and not self.trainer.sanity_checking:
+            was_training = self.policy.training
+            mean_return, mean_steps = evaluate_policy(
+                self.policy, self.spec, h.price_per_step, h.eval_episodes, seed=50_000
+            )
+            self.policy.train(was_training)
+            self.log("val/episode_return", mean_return, sync_dist=True)
+            self.log("val/episode_mean_steps", mean_steps, sync_dist=True)
 
     def validation_step(self, batch, batch_idx):
         losses = self.losses(batch)
