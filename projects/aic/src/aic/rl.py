@@ -139,9 +139,12 @@ def train_a2c(
     lr: float = 2e-3,
     entropy: float = 0.01,
     seed: int = 0,
+    horizon: str = "cumulative",
 ) -> tuple[AICPolicy, list[float]]:
     """Train an AIC policy by A2C on a grid task (no expert anywhere); returns the policy and
-    the returns of the training episodes in the order they ended."""
+    the returns of the training episodes in the order they ended. ``horizon`` keeps this
+    function's earlier cumulative VoC target (its test was calibrated on it); the CLI path
+    (model.mode=a2c) uses model.voc_horizon, one-step by default."""
     torch.manual_seed(seed)
     collector = A2CCollector(task, n_envs, seed)
     shape = collector.obs[0].shape
@@ -153,7 +156,7 @@ def train_a2c(
     for _ in range(updates):
         rollout = collector.collect(policy, n_steps)
         episode_returns += rollout["finished_returns"]
-        loss = a2c_losses(policy, rollout, gamma, entropy)["loss"]
+        loss = a2c_losses(policy, rollout, gamma, entropy, horizon)["loss"]
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
