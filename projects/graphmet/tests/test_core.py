@@ -190,6 +190,20 @@ def test_koopman_loss_is_one_for_the_identity_step_and_zero_for_the_true_operato
     assert koopman_loss(truth, wrong).item() > 0.01
 
 
+def test_koopman_loss_gives_the_encoder_no_reason_to_shrink_the_anomaly():
+    """Eq. K6 is a ratio in the coefficients' scale: scaling every C by s leaves it unchanged and
+    its gradient along the scale is zero (a detached denominator pushes every C towards 0)."""
+    torch.manual_seed(1)
+    operator = KoopmanOperator(8, 4, "modes", init_scale=0.3)
+    leads = [torch.randn(5, 8, 4) for _ in range(4)]
+    scale = torch.tensor(1.0, requires_grad=True)
+    loss = koopman_loss(operator, [scale * c for c in leads])
+    (grad,) = torch.autograd.grad(loss, scale)
+    assert abs(grad.item()) < 1e-5 * loss.item()
+    small = koopman_loss(operator, [1e-3 * c for c in leads])
+    assert small.item() == pytest.approx(loss.item(), rel=1e-4)
+
+
 def _tiny_model(processor: str, climatology=None, seed=0):
     from graphmet.mesh import regional_graph
     from graphmet.model import build_model

@@ -4,12 +4,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from async_schedule.cli import run_claim_experiment, summarise, train
-from papers_cli.testing import run_ddp_train, user_error_message
-from papers_eval import load_results
+from async_schedule.claim import run_claim_experiment
+from async_schedule.cli import train
+from async_schedule.core import ConvexSchedule
+from async_schedule.model import AsyncDiffusionModule
+from papers_cli.testing import check_resume, run_ddp_train, user_error_message
+from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
+CONFIGS = sorted(p for p in (PROJECT / "configs").glob("*.yaml") if p.name != "claim.yaml")
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
@@ -25,7 +28,7 @@ def test_train_fast_dev_run_through_the_cli(tiny_args):
 
 
 def test_probe_freezes_the_window_average_and_resets_the_model(tiny_args):
-    cli = train([*tiny_args, "--trainer.limit_val_batches=0"])
+    cli = train([*tiny_args, "--trainer.limit_val_batches=0", "--model.probe_diagnostics=true"])
     model = cli.model
     assert not model.probing and not any(p.requires_grad for p in model.schedule.parameters())
     report = model.probe_report
@@ -39,25 +42,6 @@ def test_probe_freezes_the_window_average_and_resets_the_model(tiny_args):
     gradients = report["gradients"]
     assert set(gradients) == {"lead", "lag", "speed"} and len(model.probe_gradients) == 3
     assert gradients["speed"]["more_lag_derivative_mean"] > 0
-
-
-def test_steps_to_sync_final_uses_the_seed_mean_curves():
-    """One synchronous seed ends above the two-seed mean: the synchronous baseline still reaches
-    its own mean final FD-digit (at its last step), and LAS's probe steps are added."""
-    curve = lambda *fd: [
-        {"step": s, "fd_digit": v, "precision": 0.5, "recall": 0.5}
-        for s, v in zip((10, 20), fd, strict=True)
-    ]
-    histories = {
-        "synchronous": {0: curve(9.0, 5.0), 1: curve(8.0, 7.0)},  # target: mean final 6.0
-        "learned (LAS)": {0: curve(6.5, 5.0), 1: curve(5.0, 5.0)},  # mean curve 5.75, 5.0
-        "power (best of grid)": {0: curve(9.0, 8.0), 1: curve(9.0, 6.5)},  # never reaches 6.0
-    }
-    seconds = {m: [1.0] for m in histories}
-    metrics, _ = summarise(histories, seconds, [10, 20], probe_steps=3)
-    assert metrics["synchronous"]["steps_to_sync_final"] == 20
-    assert metrics["learned (LAS)"]["steps_to_sync_final"] == 10 + 3
-    assert metrics["power (best of grid)"]["steps_to_sync_final"] == float("inf")
 
 
 def test_same_seed_same_metrics(tiny_args):
@@ -76,7 +60,7 @@ def test_baselines_and_conditional_config_train_and_sample(tiny_args, config):
     lead, lag = cli.model.generate(
         4, steps=3, generator=torch.Generator().manual_seed(0), labels=labels
     )
-    assert lead.shape == (4, 4, 4, 4) and lag.shape == (4, 1, 16, 16) and torch.isfinite(lag).all()
+    assert lead.shape == (4, 8, 1, 1) and lag.shape == (4, 1, 16, 16) and torch.isfinite(lag).all()
 
 
 def test_autoguidance_uses_the_weaker_guide(tiny_args):
@@ -89,15 +73,95 @@ def test_autoguidance_uses_the_weaker_guide(tiny_args):
     assert not torch.allclose(plain[1], guided[1])
 
 
-def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
-    # probe_steps above max_steps: plain DDP (the helper's strategy) during the probe; the
-    # frozen main stage needs ddp_find_unused_parameters_true, as configs/paper.yaml sets.
-    args = [*tiny_args, "--model.probe_steps=100"]
+def test_two_process_ddp_run_freezes_the_schedule_on_every_rank(tiny_args, tmp_path):
+    """The probe ends mid-run under plain DDP (gloo, 2 processes): DDP ignores the schedule,
+    whose gradient is averaged by hand, so both ranks freeze the same f* and carry on."""
+    args = [*tiny_args, "--model.probe_steps=3", "--model.schedule_init=-1"]
     single = tmp_path / "single"
     train([*args, f"--trainer.default_root_dir={single}"])
     reference = json.loads((single / "summary_rank0.json").read_text())
     ranks = run_ddp_train(PROJECT, args, tmp_path / "ddp", reference=reference)
-    assert len(ranks) == 2
+    halves = [r["metrics"]["schedule/f_half"] for r in ranks]
+    assert all(r["global_step"] == 6 for r in ranks)
+    assert halves[0] == halves[1]  # one f* on every rank
+    start = ConvexSchedule(8, -1.0)(torch.tensor(0.5, dtype=torch.float64)).item()
+    assert halves[0] != pytest.approx(start, abs=1e-7)  # the probe moved f before freezing
+
+
+def test_resuming_after_the_probe_keeps_f_star_and_the_trained_network(tiny_args, tmp_path):
+    """The old bug: `probing` came from the config, so a run resumed past the probe refroze f
+    (a new window mean), reset the network and EMA to their initial weights and overwrote the
+    probe report. Now the probe state is in the checkpoint and none of that happens."""
+    args = [
+        *[a for a in tiny_args if "enable_checkpointing" not in a],
+        "--trainer.limit_val_batches=0",
+        "--model.probe_steps=3",
+        "--model.schedule_init=-1",
+        "--trainer.enable_checkpointing=true",
+    ]
+    first = train([*args, "--trainer.max_steps=8", f"--trainer.default_root_dir={tmp_path / 'a'}"])
+    path = first.trainer.checkpoint_callback.last_model_path or (
+        first.trainer.checkpoint_callback.best_model_path
+    )
+    state = torch.load(path, weights_only=False)["las_probe"]
+    assert state["probing"] is False and state["initial_network"] is None
+    assert len(state["curves"]) == 3 and state["report"] == first.model.probe_report
+    trained = {k: v.clone() for k, v in first.model.network.state_dict().items()}
+    hparams = {k: v for k, v in first.model.hparams.items() if not k.startswith("_")}
+    initial = AsyncDiffusionModule(**hparams).network.state_dict()
+    resumed = train(
+        [*args, "--trainer.max_steps=9", f"--trainer.default_root_dir={tmp_path / 'b'}",
+         f"--ckpt_path={path}"]
+    )  # fmt: skip
+    model = resumed.model
+    assert not model.probing and len(model.probe_curves) == 3  # no new probe steps
+    assert model.probe_report == first.model.probe_report  # not overwritten by a refreeze
+    assert model.schedule_slopes() == first.model.schedule_slopes()  # f* untouched
+    # one step after resuming: next to the trained weights, far from the initial ones
+    step = max((model.network.state_dict()[k] - v).abs().max().item() for k, v in trained.items())
+    reset = max((trained[k] - v).abs().max().item() for k, v in initial.items())
+    assert step < 0.1 * reset
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect: parameters differ by up to 1e-2 after 8 + 8 steps vs 16 straight, with "
+    "the step-keyed training order; suspect next: the diffusion noise, re-seeded by SeedEveryStep "
+    "from (epoch, batch index), which Lightning restores differently after an epoch-end checkpoint",
+)
+@pytest.mark.parametrize("probe_steps", [3, 12], ids=["resume_after_probe", "resume_in_probe"])
+def test_resume_continues_exactly_across_the_probe(tiny_args, tmp_path, probe_steps):
+    """16 steps straight vs 8 + resume + 8 (8 batches per epoch). probe_steps=3: the checkpoint
+    is past the probe, and a resumed run must not refreeze f or reset the trained network;
+    probe_steps=12: the probe continues from the checkpoint and freezes at the same step."""
+    args = [
+        *[a for a in tiny_args if "enable_checkpointing" not in a],
+        f"--model.probe_steps={probe_steps}",
+        "--trainer.limit_val_batches=0",
+        "--model.schedule_init=-1",
+    ]
+    check_resume(train, args, steps=16, root_dir=tmp_path)  # parameters, optimizer, f_half
+    saved = torch.load(next((tmp_path / "half").rglob("*.ckpt")), weights_only=False)
+    state = saved["las_probe"]
+    assert state["probing"] == (probe_steps > 8) and len(state["curves"]) == min(probe_steps, 8)
+    assert (state["initial_network"] is None) == (probe_steps <= 8)  # nothing left to reset to
+
+
+def test_train_test_scores_a_checkpoint(tiny_args, tmp_path):
+    """`train test --ckpt_path`: FD-digit, precision/recall and class coverage on the test
+    digits from a saved checkpoint; `train` also leaves its report (samples, schedule)."""
+    args = [a for a in tiny_args if "enable_checkpointing" not in a]
+    fitted = train([*args, "--trainer.limit_val_batches=0", "--model.test_samples=64"])
+    checkpoint = next(tmp_path.rglob("*.ckpt"))
+    report = next(tmp_path.rglob("report/report.json"))
+    assert {"samples.png", "schedule.png"} <= {p.name for p in report.parent.iterdir()}
+    assert json.loads(report.read_text())["probe"]["probe_steps"] == 3
+    tested = train(["test", *args, "--model.test_samples=64", f"--ckpt_path={checkpoint}"])
+    metrics = tested.trainer.callback_metrics
+    assert {"test/fd_digit", "test/class_tv", "test/precision", "test/loss"} <= set(metrics)
+    assert 0 <= metrics["test/class_tv"] <= 1 and metrics["test/fd_digit"] > 0
+    assert tested.model.schedule_slopes() == pytest.approx(fitted.model.schedule_slopes())
 
 
 def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
@@ -120,29 +184,40 @@ def test_bad_inputs_exit_2_with_a_message(tiny_args, tmp_path, capsys):
         (["--model.power_exponent=0.5"], "v>=1"),
         (["--model.schedule=frozen"], "needs --model.frozen_slopes"),  # combinations
         (["--model.width=30"], "multiple of 4"),
-        (["--model.lag_size=32"], "a multiple of the token grid"),
-        (["--model.lead_channels=8"], "set --model.lead_channels=4"),  # the data disagree
+        (["--model.lead_size=3"], "a multiple of the token grid"),
+        (["--model.lead_channels=4"], "set --model.lead_channels=8"),  # the data disagree
     ],
 )
 def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected):
     assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
-def test_reproduce_quick_writes_the_results_record(tmp_path):
-    metrics = run_claim_experiment(["--quick", "--out", str(tmp_path)])
-    record = load_results(tmp_path / "claim.json")
-    assert (
-        record["project"] == "learned-async-schedule" and record["metrics"].keys() == metrics.keys()
-    )
-    assert set(metrics) == {
-        "synchronous",
-        "sfd (best of grid)",
-        "power (best of grid)",
-        "learned (LAS)",
-        "LAS ablation, beta=0",
-    }
-    assert set(record["extra"]["grids_first_seed"]["sfd (best of grid)"]) == {"0.15", "0.3", "0.5"}
-    assert metrics["synchronous"]["steps_to_sync_final"] <= record["config"]["main_steps"]
-    assert 0 < record["extra"]["probe_share_of_steps"] < 1
-    for name in ("claim.md", "learned_schedule.png", "quality_vs_steps.png"):
+def test_reproduce_quick_writes_the_claim_record(tmp_path):
+    outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
+    record = load_claim(tmp_path / "claim.json")
+    assert record["project"] == "learned-async-schedule" and record["verdict"] == outcome["verdict"]
+    assert set(record["metrics"]) == {
+        "las", "synchronous", "power", "sfd", "zero_probe", "hand_lag"
+    }  # fmt: skip
+    assert {c["name"]: c["role"] for c in record["controls"]} == {
+        "zero_probe": "negative", "hand_lag": "positive"
+    }  # fmt: skip
+    trials = record["tuning"]["trials"]
+    assert [t["params"]["power_exponent"] for t in trials["power"]] == [1.0, 2.0]
+    assert record["evidence"]["las_probe"]["0"]["probe_steps"] == 4
+    assert max(record["evidence"]["zero_probe_max_lag"]) < 0.01  # the start: ~ the identity
+    for name in ("claim.md", "learned_schedule.png", "samples.png"):
         assert (tmp_path / name).is_file()
+
+
+def test_ablation_command_runs_its_variants_quickly(tmp_path):
+    """The ablation command (quick): last iterate vs window mean, f learned throughout."""
+    from async_schedule.claim import run_ablations
+
+    record = run_ablations(
+        ["--quick", "--out", str(tmp_path), "--only", "last_iterate", "learned_throughout"]
+    )
+    assert set(record["rows"]) == {"last_iterate", "learned_throughout"}
+    assert "--model.average=last" in record["rows"]["last_iterate"]["flags"]
+    assert record["rows"]["learned_throughout"]["probe"]["0"] is None  # never froze
+    assert (tmp_path / "ablations.md").is_file()

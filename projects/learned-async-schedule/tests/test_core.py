@@ -16,6 +16,7 @@ from async_schedule.core import (
     joint_flow_matching_loss,
     sample_global_time,
     sample_joint_ode,
+    schedule_corrected_weight,
     schedule_time_grid,
 )
 
@@ -208,3 +209,78 @@ def test_guidance_interpolates_and_extrapolates():
     assert torch.equal(guided_velocity(good, bad, 1.0)[0], good[0])
     assert torch.equal(guided_velocity(good, bad, 2.0)[1], 2 * good[1])
     assert math.isclose(guided_velocity(good, bad, 0.0)[0].sum().item(), 0.0)
+
+
+def synthetic_lag_loss(t_lag: torch.Tensor, t_lead: torch.Tensor) -> torch.Tensor:
+    """A smooth stand-in for E[l_lag | t_lag, t_lead]: falls as the lead gets cleaner."""
+    return (1 + torch.sin(3 * t_lag)) * torch.exp(-2 * (t_lead - t_lag)) + t_lead**2
+
+
+def corrected_objective(schedule: ConvexSchedule, tau: torch.Tensor) -> torch.Tensor:
+    """E_tau~p[w(tau) l(f(tau), tau)] by quadrature over tau, through the code path training
+    uses (corrected_lag_weight, the schedule's forward): differentiable in the a_k."""
+    p = global_time_density(tau)
+    weight = corrected_lag_weight(tau, schedule)
+    return torch.trapezoid(p * weight * synthetic_lag_loss(schedule(tau), tau), tau)
+
+
+def reference_objective(schedule: ConvexSchedule, t: torch.Tensor) -> torch.Tensor:
+    """int pi(t) l(t, f^{-1}(t)) dt by quadrature over the lag time (no autograd)."""
+    with torch.no_grad():
+        return torch.trapezoid(
+            global_time_density(t) * synthetic_lag_loss(t, schedule.inverse(t)), t
+        )
+
+
+def test_corrected_objective_gradient_matches_the_quadrature_gradient():
+    """d/da_k of the corrected objective equals the finite-difference gradient of
+    int pi(t) l(t, f^{-1}(t)) dt: the weight's dependence on f (its f' factor) carries part of
+    the schedule gradient, so a detached weight fails this test."""
+    schedule = random_schedule(5).double()
+    tau = torch.linspace(0, 1, 20001, dtype=torch.float64)
+    t = torch.linspace(0, 1, 4001, dtype=torch.float64)
+    value = corrected_objective(schedule, tau)
+    (gradient,) = torch.autograd.grad(value, schedule.raw_increments)
+    assert value.item() == pytest.approx(reference_objective(schedule, t).item(), rel=1e-4)
+    numeric = torch.zeros_like(gradient)
+    h = 1e-4
+    for k in range(schedule.bins):
+        with torch.no_grad():
+            schedule.raw_increments[k] += h
+            up = reference_objective(schedule, t)
+            schedule.raw_increments[k] -= 2 * h
+            down = reference_objective(schedule, t)
+            schedule.raw_increments[k] += h
+        numeric[k] = (up - down) / (2 * h)
+    assert numeric.abs().max() > 1e-3  # the synthetic loss does depend on the pairing
+    assert torch.allclose(gradient, numeric, rtol=2e-2, atol=2e-4)
+    # the same objective with the weight detached: its gradient is wrong
+    p = global_time_density(tau)
+    detached = corrected_lag_weight(tau, schedule).detach()
+    wrong = torch.trapezoid(p * detached * synthetic_lag_loss(schedule(tau), tau), tau)
+    (wrong_gradient,) = torch.autograd.grad(wrong, schedule.raw_increments)
+    assert not torch.allclose(wrong_gradient, numeric, rtol=2e-2, atol=2e-4)
+
+
+def test_sfd_correction_keeps_the_lag_noise_level_weights_fixed():
+    """SFD's path with the corrected weight pi(t_lag) t_lag' / p(tau): the marginal weight of
+    each texture time is the reference density, as for the convex family."""
+    path = SFDShiftedPath(0.3)
+    h = lambda t: torch.cos(5 * t) + t**2  # noqa: E731
+    fine = torch.linspace(0, 1, 200_001, dtype=torch.float64)
+    _, t_lag = path.times(fine)
+    weight = schedule_corrected_weight(fine, t_lag, path.lag_speed(fine))
+    corrected = torch.trapezoid(global_time_density(fine) * weight * h(t_lag), fine)
+    reference = torch.trapezoid(global_time_density(fine) * h(fine), fine)
+    assert corrected.item() == pytest.approx(reference.item(), abs=2e-3)
+    assert (weight[fine < 0.3 / 1.3 - 1e-6] == 0).all()  # the texture is held at noise there
+
+
+def test_relative_stable_window_needs_f_to_stop_moving():
+    """A slow steady drift is below any small absolute threshold but not below a share of the
+    total movement; a settled tail is stable under both rules."""
+    drift = torch.linspace(0, 0.02, 100)[:, None] * torch.ones(1, 3)  # 0.002 per 10 steps
+    assert detect_stable_window(drift, lag=10, threshold=0.01) == 0  # absolute: all stable
+    assert detect_stable_window(drift, lag=10, threshold=0.1, relative=True) == 70  # fallback
+    settled = torch.cat([drift, torch.full((50, 3), 0.02)])
+    assert 85 <= detect_stable_window(settled, lag=10, threshold=0.1, relative=True) <= 100

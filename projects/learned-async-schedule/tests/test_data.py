@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,7 @@ from async_schedule.data import (
     ImageNetFolder,
     MultiRepDataModule,
     build_miniature,
+    pca_reference_indices,
     require_pretrained,
     texture_from_digits,
 )
@@ -66,7 +69,7 @@ def test_paper_scale_path_encodes_both_representations(tmp_path):
     ).save_pretrained(tmp_path / "vae")
     Dinov2Model(
         Dinov2Config(
-            image_size=28,
+            image_size=518,  # as the published DINOv2 configs: the run must not use it
             patch_size=14,
             hidden_size=16,
             num_hidden_layers=1,
@@ -80,12 +83,15 @@ def test_paper_scale_path_encodes_both_representations(tmp_path):
         vae_path=str(tmp_path / "vae"),
         semantic_encoder_path=str(tmp_path / "dino"),
         semantic_channels=3,
+        semantic_resolution=224,
         batch_size=4,
     )
     data.setup()
+    # what the train loader reads of a trainer: its optimizer steps and how many items each draws
+    data.trainer = SimpleNamespace(global_step=0, accumulate_grad_batches=1, world_size=1)
     batch = data.on_after_batch_transfer(next(iter(data.train_dataloader())), 0)
     assert batch["lag"].shape == (4, 4, 8, 8)  # one 2x downsampling stage
-    assert batch["lead"].shape == (4, 3, 2, 2)  # 28 / 14 patches, PCA to 3 channels
+    assert batch["lead"].shape == (4, 3, 16, 16)  # 224 / 14: the paper's 16x16 grid, 3 channels
     assert torch.isfinite(batch["lead"]).all() and torch.isfinite(batch["lag"]).all()
     assert set(batch["label"].tolist()) <= {0, 1}
 
@@ -103,14 +109,35 @@ def test_miniature_split_representations_and_determinism():
     data = MultiRepDataModule(encoder_epochs=1, evaluator_epochs=1)
     data.setup()
     m = data.miniature
-    assert len(data.train_set) == 4000 and len(data.val_set) == 1000
-    assert not set(m["train_idx"]) & set(m["test_idx"])
-    assert m["semantic"].shape == (5000, 4, 4, 4)
+    assert (len(data.train_set), len(data.val_set), len(data.test_set)) == (3500, 500, 1000)
+    assert not set(m["train_idx"]) & set(m["test_idx"]) and not set(m["val_idx"]) & set(
+        m["test_idx"]
+    )
+    assert m["semantic"].shape == (5000, 8, 1, 1)  # one global vector per image
     assert np.allclose(m["semantic"][m["train_idx"]].std(axis=(0, 2, 3)), 1, atol=0.05)
-    assert float(m["encoder_accuracy"]) > 0.5  # one epoch already separates digits
+    # the global code carries the class: a nearest-class-mean rule on it reads the digit
+    semantic, labels = m["semantic"][:, :, 0, 0], m["labels"]
+    train, test = m["train_idx"], m["test_idx"]
+    means = np.stack([semantic[train][labels[train] == c].mean(0) for c in range(10)])
+    nearest = ((semantic[test][:, None] - means[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest == labels[test]).mean() > 0.3  # chance: 0.1; one encoder epoch here
+    assert float(m["encoder_accuracy"]) > 0.3  # chance is 0.1; one epoch measured 0.43 to 0.5+
     rebuilt = build_miniature(
-        data_seed=0, encoder_epochs=1, evaluator_epochs=1, semantic_channels=4
+        data_seed=0,
+        encoder_epochs=1,
+        evaluator_epochs=1,
+        semantic_channels=8,
+        semantic_source="probabilities",
     )
     assert np.array_equal(rebuilt["semantic"], m["semantic"])  # seeded: same encoder, same PCA
     with pytest.raises(UserError, match="miniature"):
         MultiRepDataModule(root="x").evaluator()
+
+
+def test_paper_scale_pca_reference_spans_the_classes():
+    labels = [0] * 300 + [1] * 300 + [2] * 5  # sorted by class, as ImageFolder lists them
+    picked = pca_reference_indices(labels, 12)
+    assert len(picked) == 12 and len(set(picked)) == 12
+    assert {labels[i] for i in picked} == {0, 1, 2}
+    assert sorted(labels[i] for i in picked).count(2) == 4
+    assert pca_reference_indices(labels[:3], 10) == [0, 1, 2]  # fewer items than asked

@@ -55,3 +55,18 @@ def test_patchify_round_trips_and_bad_sizes_are_rejected():
     assert torch.equal(unpatchify(patchify(x, 2), 3, 8, 2), x)
     with pytest.raises(ValueError, match="multiple of the patch"):
         DualTimeDiT(lag_size=10, patch=4)
+
+
+def test_a_global_semantic_vector_reaches_every_token():
+    """lead_size=1: one semantic vector per image, added to every token; its velocity is one
+    vector too. Changing it changes the texture velocity at every patch."""
+    net = randomised_dit(lead_channels=8, lead_size=1)
+    torch.manual_seed(1)
+    x_lag, t = torch.randn(2, 1, 16, 16), torch.full((2,), 0.5)
+    x_lead = torch.randn(2, 8, 1, 1)
+    with torch.no_grad():
+        v_lead, v_lag = net(x_lead, x_lag, t, t)
+        _, other = net(x_lead + 1, x_lag, t, t)
+    assert v_lead.shape == (2, 8, 1, 1) and v_lag.shape == (2, 1, 16, 16)
+    changed = (patchify(other - v_lag, 4).abs().amax(-1) > 1e-4).all()
+    assert changed  # all 16 patches see the global code

@@ -1,17 +1,50 @@
+"""The claim experiment: the --quick pipeline (fast lane) and the full run (slow)."""
+
+from pathlib import Path
+
 import pytest
 
-from permflow.cli import run_claim_experiment
+from papers_eval import load_claim
+from permflow import claim
+from permflow.claim import SUBJECTS, run_claim_experiment
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def test_reproduce_quick_writes_a_judged_record(tmp_path):
+    outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
+    record = load_claim(tmp_path / "claim.json")
+    assert record["project"] == "permflow" and record["quick"]
+    assert record["verdict"] == outcome["verdict"]
+    assert {c["role"] for c in record["controls"]} == {"negative", "positive"}
+    assert set(record["metrics"]) == set(SUBJECTS)
+    oracle = record["metrics"]["oracle"]
+    for task in ("sorting", "slap"):  # the oracle is exact even at the quick budget
+        assert oracle[f"{task}_valid_rate"]["mean"] == 1.0
+        assert oracle[f"{task}_violation"]["mean"] < 1e-4
+    assert record["metrics"]["sinkhorn"]["sorting_both_modes"]["mean"] == 0.0
+    assert "sorting_violation_200" in record["metrics"]["sinkhorn"]
+    assert "slap_negative_mass" in record["metrics"]["permflow"]
+    assert len(record["tuning"]["trials"]["permflow"]) == 1
+    for name in ("claim.md", "frontier.png", "both_modes_vs_samples.png", "steps_sweep.png"):
+        assert (tmp_path / name).is_file()
+
+
+def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):
+    bad = tmp_path / "claim.yaml"
+    bad.write_text((PROJECT / "configs" / "claim.yaml").read_text().replace("[0, 1, 2]", "[0]"))
+    monkeypatch.setattr(claim, "CLAIM_FILE", bad)
+    monkeypatch.setattr(claim, "quiet_fit", lambda *a, **k: pytest.fail("trained first"))
+    with pytest.raises(ValueError, match="at least 3 seeds"):
+        run_claim_experiment(["--out", str(tmp_path / "out")])
 
 
 @pytest.mark.slow
-def test_claim_holds_in_the_miniature(tmp_path):
-    metrics = run_claim_experiment(["--out", str(tmp_path)])
-    for task in ("sorting", "slap"):
-        flow, sink = metrics[f"{task}: permflow"], metrics[f"{task}: sinkhorn"]
-        assert flow["both_modes"] >= 0.8 and sink["both_modes"] <= 0.05
-        assert flow["violation"] < 1e-4 < sink["violation"]
-    best = max(
-        metrics[f"sorting: {b}"]["unambiguous_accuracy"]
-        for b in ("sinkhorn", "gumbel_sinkhorn (noiseless)", "gumbel_sinkhorn (noisy)")
-    )
-    assert metrics["sorting: permflow"]["unambiguous_accuracy"] >= best - 0.05
+def test_the_claim_run_judges_method_and_controls(tmp_path):
+    outcome = run_claim_experiment(["--out", str(tmp_path)])
+    record = load_claim(tmp_path / "claim.json")
+    assert len(record["seeds"]) >= 3 and not record["quick"]
+    assert all(control["behaved"] for control in record["controls"]), record["verdict_reason"]
+    method_passed = all(o["passed"] for o in record["outcomes"][record["method"]].values())
+    assert record["verdict"] == ("held" if method_passed else "did not hold")
+    assert outcome["verdict"] == record["verdict"]

@@ -149,3 +149,147 @@ def test_axial_net_is_equivariant_to_row_and_column_permutations():
     out_perm = net(cost[:, rows][:, :, cols], x[:, rows][:, :, cols], t)
     assert torch.allclose(out[:, rows][:, :, cols], out_perm, atol=1e-5)
     assert not np.allclose(out.detach(), out.detach().transpose(1, 2))  # not trivially symmetric
+
+
+# ---------------------------------------------------------------- closed forms (mutation lane)
+
+
+def test_interpolant_is_one_minus_t_x0_plus_t_x1():
+    x0, x1 = torch.full((1, 3, 3), 2.0), torch.full((1, 3, 3), 10.0)
+    x_t = core.interpolate(x0, x1, torch.tensor([0.25]))
+    assert torch.allclose(x_t, torch.full((1, 3, 3), 0.75 * 2 + 0.25 * 10))
+    assert torch.equal(core.target_velocity(x0, x1), x1 - x0)
+
+
+def test_velocity_from_endpoint_divides_by_one_minus_t():
+    x, x1_hat = torch.zeros(2, 3, 3), torch.ones(2, 3, 3)
+    v = core.velocity_from_endpoint(x1_hat, x, torch.tensor([0.25, 1.0]))
+    assert torch.allclose(v[0], torch.full((3, 3), 1 / 0.75))
+    assert torch.allclose(v[1], torch.full((3, 3), 1 / 1e-3))  # floored at min_gap
+
+
+def test_endpoint_cross_entropy_matches_the_row_softmax_formula():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 5, 5, generator=gen, dtype=torch.float64)
+    x1 = core.permutation_matrices(
+        torch.stack([torch.randperm(5, generator=gen) for _ in range(4)])
+    )
+    x1 = x1.double()
+    z = logits.numpy()
+    log_rows = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))  # softmax over ranks (columns j)
+    expected = -(x1.numpy() * log_rows).sum(axis=(-2, -1)).mean() / 5
+    assert core.endpoint_cross_entropy(logits, x1).item() == pytest.approx(expected, rel=1e-12)
+    # minimised at the one-hot target: sharper logits along the target lower the loss towards 0
+    losses = [core.endpoint_cross_entropy(c * x1, x1).item() for c in (0.0, 1.0, 5.0, 30.0)]
+    assert losses[0] == pytest.approx(np.log(5)) and losses == sorted(losses, reverse=True)
+    assert losses[-1] < 1e-10
+    # its gradient vanishes exactly when the row softmax equals the target's rows
+    mixed = 0.5 * x1 + 0.5 * x1.roll(1, dims=-1)  # rows sum to 1, a non-one-hot target
+    at_target = mixed.log().clamp(min=-50).requires_grad_(True)
+    core.endpoint_cross_entropy(at_target, mixed).backward()
+    assert at_target.grad.abs().max() < 1e-12
+
+
+def test_heun_and_euler_steps_match_their_closed_forms():
+    """dx/dt = -x: an Euler step multiplies by (1 - h), a Heun step by (1 - h + h^2 / 2); the
+    last step is Euler (at t = 1 an endpoint field is undefined)."""
+    x0 = torch.randn(3, 4, 4, dtype=torch.float64)
+    h = 0.25
+    euler = core.integrate(lambda x, t: -x, x0, steps=4, method="euler", project=False)
+    heun = core.integrate(lambda x, t: -x, x0, steps=4, method="heun", project=False)
+    assert torch.allclose(euler, x0 * (1 - h) ** 4, atol=1e-12)
+    assert torch.allclose(heun, x0 * (1 - h + h * h / 2) ** 3 * (1 - h), atol=1e-12)
+    # a field that depends on t: the slope is read at t = step * h
+    ramp = core.integrate(lambda x, t: t.view(-1, 1, 1).expand_as(x), x0, steps=4, project=False)
+    assert torch.allclose(ramp - x0, torch.full_like(x0, h * (0 + 0.25 + 0.5 + 0.75)))
+
+
+def test_constraint_violation_checks_rows_and_columns():
+    rows_ok = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])  # rows sum to 1, columns to 2 and 0
+    assert core.constraint_violation(rows_ok).item() == pytest.approx(1.0)
+    assert core.constraint_violation(rows_ok.transpose(1, 2)).item() == pytest.approx(1.0)
+    assert core.constraint_violation(torch.eye(3).unsqueeze(0)).item() == 0.0
+    off = torch.eye(3).unsqueeze(0) * 1.5
+    assert core.constraint_violation(off).item() == pytest.approx(0.5)
+
+
+def test_negative_mass_counts_only_negative_entries():
+    x = torch.tensor([[[1.5, -0.5], [-0.25, 1.25]]])
+    assert core.negative_mass(x).item() == pytest.approx(0.75 / 2)
+    assert core.negative_mass(torch.eye(4).unsqueeze(0)).item() == 0.0
+
+
+def test_cfm_loss_is_the_mse_of_the_projected_velocity():
+    x0 = core.sample_base(3, 4, 1.0, generator=torch.Generator().manual_seed(0))
+    x1 = core.permutation_matrices(torch.tensor([[1, 0, 3, 2], [0, 1, 2, 3], [3, 2, 1, 0]]))
+    u = x1 - x0
+    offset = torch.ones(3, 4, 4) * 0.7  # normal to T_n: the projector removes it
+    assert core.cfm_loss(u + offset, x0, x1).item() < 1e-12
+    assert core.cfm_loss(u + offset, x0, x1, project=False).item() == pytest.approx(0.49)
+    assert core.cfm_loss(torch.zeros(3, 4, 4), x0, x1).item() == pytest.approx(
+        u.pow(2).mean().item()
+    )
+    assert core.endpoint_loss(x1 + offset, x1).item() < 1e-12
+    assert core.endpoint_loss(x1 + offset, x1, project=False).item() == pytest.approx(0.49)
+
+
+def test_sinkhorn_losses_match_their_formulas():
+    logits = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0))
+    log_s = baselines.log_sinkhorn(logits, 1.0, 5)
+    target = core.permutation_matrices(torch.tensor([[2, 0, 1], [0, 1, 2]]))
+    mse = (log_s.exp() - target).pow(2).mean()
+    ce = -(target * log_s).sum(dim=(-2, -1)).mean() / 3
+    assert baselines.sinkhorn_loss(log_s, target, "mse").item() == pytest.approx(mse.item())
+    assert baselines.sinkhorn_loss(log_s, target, "ce").item() == pytest.approx(ce.item())
+    assert baselines.sinkhorn_loss(log_s, target, "ce").item() > 0
+    with pytest.raises(ValueError, match="mse"):
+        baselines.sinkhorn_loss(log_s, target, "l1")
+
+
+def test_gumbel_noise_has_the_gumbel_moments():
+    g = baselines.sample_gumbel((200_000,), torch.Generator().manual_seed(0))
+    assert g.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler-Mascheroni constant
+    assert g.var().item() == pytest.approx(np.pi**2 / 6, abs=0.03)
+    assert (g > 3).float().mean().item() == pytest.approx(1 - np.exp(-np.exp(-3.0)), abs=3e-3)
+
+
+# ---------------------------------------------------------------- the oracle (positive control)
+
+
+def two_mode_targets(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    targets = core.permutation_matrices(torch.tensor([[0, 1, 2, 3, 4], [0, 2, 1, 3, 4]]))
+    return targets.expand(batch, -1, -1, -1), torch.full((batch,), 2)
+
+
+def test_posterior_endpoint_limits():
+    targets, num_valid = two_mode_targets(500)
+    x0 = core.sample_base(500, 5, 0.45, generator=torch.Generator().manual_seed(0))
+    nearest, chosen = core.nearest_target_coupling(x0, targets, num_valid)
+    # at t = 0 the cell of x0 decides: the posterior is the nearest target itself
+    at_zero = core.posterior_endpoint(x0, torch.zeros(500), targets, num_valid, 0.45)
+    assert torch.allclose(at_zero, nearest, atol=1e-6)
+    # one valid target: the posterior is that target at every t
+    single = core.posterior_endpoint(x0, torch.full((500,), 0.5), targets, torch.ones(500), 0.45)
+    assert torch.allclose(single, targets[:, 0])
+    # on the way from x0 to its target, the posterior stays on that target
+    x_half = core.interpolate(x0, nearest, torch.full((500,), 0.6))
+    midway = core.posterior_endpoint(x_half, torch.full((500,), 0.6), targets, num_valid, 0.45)
+    assert (midway - nearest).abs().amax(dim=(-2, -1)).median() < 1e-3
+
+
+@pytest.mark.parametrize("method", ["euler", "heun"])
+def test_the_exact_posterior_field_reaches_each_starts_target(method):
+    """The positive control: integrate(velocity_from_endpoint(E[x1 | x_t])) moves every x0 to its
+    nearest valid target, both targets about half the time, exactly on A_n (Heun included)."""
+    targets, num_valid = two_mode_targets(2000)
+    x0 = core.sample_base(2000, 5, 0.45, generator=torch.Generator().manual_seed(1))
+    nearest, chosen = core.nearest_target_coupling(x0, targets, num_valid)
+
+    def velocity(x, t):
+        endpoint = core.posterior_endpoint(x, t, targets, num_valid, 0.45)
+        return core.velocity_from_endpoint(endpoint, x, t)
+
+    x1 = core.integrate(velocity, x0, steps=20, method=method)
+    assert (x1 - nearest).abs().max() < 1e-4
+    assert core.constraint_violation(x1).max() < 1e-4
+    assert abs(chosen.float().mean().item() - 0.5) < 0.05

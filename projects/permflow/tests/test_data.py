@@ -102,15 +102,15 @@ def test_slap_is_seeded_and_round_trips_through_npz(tmp_path):
 
 
 def test_bad_cost_matrices_give_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="square"):
+    with pytest.raises(ConfigError, match="square"):
         validate_costs(np.zeros((3, 4, 5)))
     nan_costs = np.zeros((2, 4, 4))
     nan_costs[1, 0, 0] = np.nan
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ConfigError, match="NaN"):
         validate_costs(nan_costs)
     path = tmp_path / "slap6.npz"
     save_slap(path, generate_slap(4, 6, seed=0))
-    with pytest.raises(ValueError, match="model expects n=8"):
+    with pytest.raises(ConfigError, match="model expects n=8"):
         load_slap(path, n=8)
 
 
@@ -167,3 +167,36 @@ def test_datamodule_rejects_sequences_longer_than_the_digits_allow():
         PermutationDataModule(n=10, ambiguous_fraction=0.5)
     with pytest.raises(ValueError, match="sequence length"):
         make_sorting_sequences(LABELS, 10, 5, 1.0, seed=0)
+
+
+@pytest.mark.parametrize(("n", "digits"), [(5, 2), (6, 3)])
+def test_multi_digit_sequences_have_exactly_two_valid_orders(n, digits):
+    labels = np.repeat(np.arange(10), 3)
+    seqs = make_sorting_sequences(labels, n, 60, ambiguous_fraction=0.5, seed=1, digits=digits)
+    assert seqs["idx_a"].shape == (60, n, digits)
+    assert seqs["value_a"].max() < 10**digits and seqs["value_a"].max() >= 10 ** (digits - 1)
+    for s in range(60):
+        a, b = seqs["value_a"][s], seqs["value_b"][s]
+        orders = valid_orders_by_brute_force(a, b)
+        k = seqs["num_valid"][s]
+        assert len(orders) == k == len(set(orders))
+        assert orders == {tuple(p) for p in seqs["optima"][s][:k]}
+        for item in range(n):  # each digit image shows its digit; a blend differs in one digit
+            shown_a = [labels[i] for i in seqs["idx_a"][s, item]]
+            shown_b = [labels[i] for i in seqs["idx_b"][s, item]]
+            assert shown_a == [int(d) for d in str(a[item]).zfill(digits)]
+            assert shown_b == [int(d) for d in str(b[item]).zfill(digits)]
+            assert sum(x != y for x, y in zip(shown_a, shown_b, strict=True)) <= 1
+
+
+def test_multi_digit_numbers_allow_ambiguity_beyond_nine_items():
+    dm = PermutationDataModule(n=12, digits=2, num_train=32, num_val=8, num_test=8, batch_size=8)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["condition"].shape == (8, 12, 1, 14, 28)  # two digits side by side
+    from permflow.model import PermutationModel
+
+    model = PermutationModel(n=12, digits=2, width=16, image_dim=16, channels=(4, 8))
+    assert model.training_loss(batch).isfinite()
+    with pytest.raises(ConfigError, match="use n <= 99"):
+        PermutationDataModule(n=100, digits=2)

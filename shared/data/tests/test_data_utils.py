@@ -124,18 +124,19 @@ def test_epoch_shuffle_is_a_seeded_stream_read_from_the_consumed_position():
     position["now"] = 10
     second = list(order)
     assert sorted(second) == list(range(10)) and second != first
-    position["now"] = 4  # mid-stream: the rest of the first shuffle, then the second's start
-    assert list(order) == first[4:] + second[:4]
+    position["now"] = 4  # mid-shuffle (after a resume): the rest of the first shuffle
+    assert list(order) == first[4:]
     assert list(EpochShuffle(10, seed=4, consumed=lambda: 0)) != first
 
 
 def test_a_resumed_fit_reads_the_same_batches_from_an_epoch_shuffle(tmp_path):
-    """Straight 10 steps vs 5 steps, checkpoint at the epoch's end, resume: the same batches,
-    whether the checkpoint was written at the end of training or after validation."""
+    """Straight 12 steps vs 6 steps, checkpoint at the epoch's end, resume: the same batches,
+    whether the checkpoint was written at the end of training or after validation, with the
+    short last batch kept or dropped; every epoch is a permutation."""
     import lightning as L
     from torch.utils.data import DataLoader, TensorDataset
 
-    from papers_data import EpochShuffle
+    from papers_data import EpochShuffle, drawn_by_trainer
 
     class Record(L.LightningModule):
         def __init__(self):
@@ -153,7 +154,20 @@ def test_a_resumed_fit_reads_the_same_batches_from_an_epoch_shuffle(tmp_path):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    def fit(steps, root, validate, ckpt_path=None):
+    class Data(L.LightningDataModule):
+        def __init__(self, n, drop_last):
+            super().__init__()
+            self.n, self.drop_last = n, drop_last
+
+        def train_dataloader(self):
+            order = EpochShuffle(self.n, 5, drawn_by_trainer(self, self.n, 4, self.drop_last))
+            data = TensorDataset(torch.arange(self.n))
+            return DataLoader(data, batch_size=4, sampler=order, drop_last=self.drop_last)
+
+        def val_dataloader(self):
+            return DataLoader(TensorDataset(torch.arange(2)), batch_size=2)
+
+    def fit(steps, root, validate, data, ckpt_path=None):
         trainer = L.Trainer(
             max_steps=steps,
             max_epochs=-1,
@@ -166,17 +180,23 @@ def test_a_resumed_fit_reads_the_same_batches_from_an_epoch_shuffle(tmp_path):
             num_sanity_val_steps=0,
         )
         model = Record()
-        order = EpochShuffle(20, 5, consumed=lambda: trainer.global_step * 4)
-        train = DataLoader(TensorDataset(torch.arange(20)), batch_size=4, sampler=order)
-        val = DataLoader(TensorDataset(torch.arange(2)), batch_size=2)
-        trainer.fit(model, train, val, ckpt_path=ckpt_path)
+        trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
         return model.seen, trainer
 
-    for validate in (False, True):
-        straight, _ = fit(10, tmp_path / f"s{validate}", validate)
-        first, half = fit(5, tmp_path / f"h{validate}", validate)
-        checkpoint = (
-            half.checkpoint_callback.best_model_path or half.checkpoint_callback.last_model_path
-        )
-        rest, _ = fit(10, tmp_path / f"r{validate}", validate, ckpt_path=checkpoint)
-        assert first + rest == straight and straight[:20] != straight[20:], validate
+    for n, drop_last in ((22, False), (26, True)):
+        per_epoch = n - n % 4 if drop_last else n
+        for validate in (False, True):
+            data = Data(n, drop_last)
+            name = f"{n}{validate}"
+            straight, _ = fit(12, tmp_path / f"s{name}", validate, data)
+            first, half = fit(6, tmp_path / f"h{name}", validate, data)
+            callback = half.checkpoint_callback
+            checkpoint = callback.best_model_path or callback.last_model_path
+            rest, _ = fit(12, tmp_path / f"r{name}", validate, data, ckpt_path=checkpoint)
+            assert first + rest == straight, (n, validate)
+            epochs = straight[:per_epoch], straight[per_epoch : 2 * per_epoch]
+            assert epochs[0] != epochs[1], (n, validate)
+            if not drop_last:
+                assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(n))
+            else:
+                assert len(set(epochs[0])) == len(set(epochs[1])) == per_epoch

@@ -465,17 +465,15 @@ class GraphmetDataModule(LightningDataModule):
         return torch.stack(list(WindowDataset(self.trajectories[split], length, stride)))
 
     def train_dataloader(self) -> DataLoader:
-        # An order that depends only on (seed, epoch): a resumed run sees the same batches.
+        # An order fixed by (seed, optimizer steps): a resumed run reads the same batches.
+        n, batch = len(self.train_set), self.hparams.batch_size
+        drop_last = n >= batch
         return DataLoader(
             self.train_set,
-            batch_size=self.hparams.batch_size,
-            sampler=EpochShuffle(
-                len(self.train_set),
-                self.hparams.seed,
-                drawn_by_trainer(self, self.hparams.batch_size),
-            ),
+            batch_size=batch,
+            sampler=EpochShuffle(n, self.hparams.seed, drawn_by_trainer(self, n, batch, drop_last)),
             num_workers=self.hparams.num_workers,
-            drop_last=len(self.train_set) >= self.hparams.batch_size,
+            drop_last=drop_last,
         )
 
     def val_dataloader(self) -> DataLoader:

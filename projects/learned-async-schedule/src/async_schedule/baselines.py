@@ -20,8 +20,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-POWER_GRID = (1.5, 2.0, 3.0)
-SFD_GRID = (0.15, 0.3, 0.5)  # SFD tunes its offset D by grid search; 0.3 is its published value
+POWER_GRID = (1.0, 1.5, 2.0, 3.0)  # p = 1 is the synchronous schedule
+SFD_GRID = (
+    0.15,
+    0.3,
+    0.5,
+    0.7,
+)  # SFD tunes its offset D by grid search; 0.3 is its published value
 
 
 class PowerSchedule(nn.Module):
@@ -56,6 +61,10 @@ class SFDShiftedPath(nn.Module):
         """(t_lead, t_lag) for global times tau in [0, 1]."""
         u = (1 + self.delta) * tau
         return u.clamp(0, 1), (u - self.delta).clamp(0, 1)
+
+    def lag_speed(self, tau: torch.Tensor) -> torch.Tensor:
+        """dt_lag/dtau: 1 + D while the texture moves, 0 while it is held at noise."""
+        return torch.where((1 + self.delta) * tau > self.delta, 1 + self.delta, 0.0).to(tau)
 
     def time_grid(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The three-phase sampling grid: ``steps`` uniform steps of u over [0, 1 + D]."""

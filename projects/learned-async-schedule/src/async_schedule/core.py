@@ -39,9 +39,10 @@ w(1) = f'(1). The mild speed (kinetic-energy) regulariser is [reconstruction]
 
 Probe stage: f and the model are optimised jointly on L + beta * R for a short run. The stable
 window is the final stretch of the probe in which f moves less than delta (sup norm on a grid)
-over `lag` steps (Eq. 7); f* is the mean of the schedules in that window. A mean of members of
-the family is a member of the family: the normalised knot slopes s_k = g_k / G(1) average to
-non-decreasing positive slopes (Eq. 8). f* is frozen and reused for the main stage.
+over `lag` steps (Eq. 7; by default delta is a share of f's total movement over the probe);
+f* is the mean of the schedules in that window. A mean of members of the family is a member of
+the family: the normalised knot slopes s_k = g_k / G(1) average to non-decreasing positive
+slopes (Eq. 8). f* is frozen and reused for the main stage.
 
 Sampling integrates the joint ODE over the global time with per-representation time grids,
 
@@ -189,15 +190,19 @@ def global_time_density(
     return (1 - uniform_share) * torch.where(inside, logit_normal, 0) + uniform_share
 
 
+def schedule_corrected_weight(
+    tau: torch.Tensor, t_lag: torch.Tensor, lag_speed: torch.Tensor, **density: float
+) -> torch.Tensor:
+    """Eq. 5 for any lag path t_lag(tau) with speed dt_lag/dtau: pi(t_lag) t_lag' / p(tau).
+    For a frozen stretch of the path (SFD's texture held at noise) the speed and weight are 0."""
+    return global_time_density(t_lag, **density) * lag_speed / global_time_density(tau, **density)
+
+
 def corrected_lag_weight(
     tau: torch.Tensor, schedule: ConvexSchedule, **density: float
 ) -> torch.Tensor:
     """Eq. 5: w(tau) = p(f(tau)) f'(tau) / p(tau), finite on [0, 1] because p >= rho > 0."""
-    return (
-        global_time_density(schedule(tau), **density)
-        * schedule.derivative(tau)
-        / global_time_density(tau, **density)
-    )
+    return schedule_corrected_weight(tau, schedule(tau), schedule.derivative(tau), **density)
 
 
 def joint_flow_matching_loss(
@@ -218,15 +223,24 @@ def joint_flow_matching_loss(
 
 
 def detect_stable_window(
-    curves: torch.Tensor, lag: int, threshold: float, fallback_share: float = 0.3
+    curves: torch.Tensor,
+    lag: int,
+    threshold: float,
+    fallback_share: float = 0.3,
+    relative: bool = False,
 ) -> int:
     """Eq. 7: the first index of the final stretch of probe curves [S, G] in which every curve
-    differs from the one ``lag`` steps before by less than ``threshold`` (sup norm). When the
-    probe never settles that long, the last ``fallback_share`` of the probe is used instead."""
+    differs from the one ``lag`` steps before by less than ``threshold`` (sup norm). With
+    ``relative``, the threshold is a share of f's total movement over the probe (the largest
+    sup-norm distance of any curve from the first), so a slowly but steadily moving f is not
+    called stable. When the probe never settles that long, the last ``fallback_share`` of the
+    probe is used instead."""
     steps = curves.shape[0]
     fallback = max(0, steps - max(1, math.ceil(fallback_share * steps)))
     if steps <= lag:
         return fallback
+    if relative:
+        threshold = threshold * float((curves - curves[0]).abs().amax())
     change = (curves[lag:] - curves[:-lag]).abs().amax(dim=1)  # [S - lag]
     start = steps
     for i in range(change.numel() - 1, -1, -1):

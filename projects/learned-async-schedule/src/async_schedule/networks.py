@@ -9,7 +9,9 @@ blind to which representation is how noisy, silently breaking asynchrony.
 
 Tokens: both representations are patchified onto the same token grid (texture with patch
 ``patch``, the semantic map with its own patch so the grids match) and their patch embeddings
-are summed, which equals SFD's channel concatenation followed by one linear embedding.
+are summed, which equals SFD's channel concatenation followed by one linear embedding. A
+*global* semantic latent (``lead_size=1``: one vector per image, as a class-level code) is
+embedded once and added to every token; its velocity is read from the mean over tokens.
 """
 
 from __future__ import annotations
@@ -77,13 +79,14 @@ class DualTimeDiT(nn.Module):
     ) -> None:
         super().__init__()
         grid = lag_size // patch
-        if lag_size % patch or lead_size % grid:
+        if lag_size % patch or (lead_size != 1 and lead_size % grid):
             raise ValueError(
                 f"texture size {lag_size} must be a multiple of the patch {patch}, and the "
-                f"semantic size {lead_size} a multiple of the token grid {grid}"
+                f"semantic size {lead_size} 1 (global) or a multiple of the token grid {grid}"
             )
         self.lag_shape, self.lead_shape = (lag_channels, lag_size), (lead_channels, lead_size)
-        self.patch, self.lead_patch = patch, lead_size // grid
+        self.global_lead = lead_size == 1
+        self.patch, self.lead_patch = patch, 1 if self.global_lead else lead_size // grid
         self.embed_lag = nn.Linear(lag_channels * patch * patch, width)
         self.embed_lead = nn.Linear(lead_channels * self.lead_patch**2, width)
         position = get_2d_sincos_pos_embed(width, grid, base_size=grid, output_type="pt")
@@ -131,12 +134,16 @@ class DualTimeDiT(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = self.embed_lag(patchify(x_lag, self.patch))  # [B, T, width]
         tokens = tokens + self.embed_lead(patchify(x_lead, self.lead_patch)) + self.position
+        # a global lead is a single "patch": its embedding [B, 1, width] reaches every token
         c = self.condition(t_lead, t_lag, labels)
         for block in self.blocks:
             tokens = block(tokens, c)
         tokens = self.norm_out(tokens, c)
         v_lag = unpatchify(self.head_lag(tokens), self.lag_shape[0], self.lag_shape[1], self.patch)
-        v_lead = unpatchify(
-            self.head_lead(tokens), self.lead_shape[0], self.lead_shape[1], self.lead_patch
-        )
+        if self.global_lead:  # one vector per image: read it from the mean token
+            v_lead = self.head_lead(tokens.mean(1)).reshape(-1, self.lead_shape[0], 1, 1)
+        else:
+            v_lead = unpatchify(
+                self.head_lead(tokens), self.lead_shape[0], self.lead_shape[1], self.lead_patch
+            )
         return v_lead, v_lag

@@ -309,10 +309,9 @@ class MonotonePreferencesDataModule(LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        # An order fixed by (seed, epoch), so a resumed run sees the uninterrupted run's batches.
-        order = EpochShuffle(
-            len(self.train_set), self.seed, drawn_by_trainer(self, self.hparams.batch_size)
-        )
+        # An order fixed by (seed, optimizer steps), so a resumed run reads the same batches.
+        n = len(self.train_set)
+        order = EpochShuffle(n, self.seed, drawn_by_trainer(self, n, self.hparams.batch_size))
         return self._loader(self.train_set, sampler=order)
 
     def val_dataloader(self) -> DataLoader:

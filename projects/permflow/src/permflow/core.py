@@ -19,9 +19,16 @@ Notation (rows = items, columns = ranks / assigned items; ``J = 1 1^T``, ``H = I
         cross-entropy, another proper scoring rule whose minimiser is again E[x1 | x_t, c].
     (8) x <- x + h Pi(v(x, t))                                 Euler step;  Heun: average the
         x <- x + h/2 [Pi(v(x, t)) + Pi(v(x', t + h))]          slopes at x and the Euler guess x'
+                                                               (the last step is Euler: at t = 1
+                                                               the endpoint form divides by 0)
     (9) P = argmax_{P in S_n} <x_1, P>                         Hungarian decode = nearest
                                                                permutation in Frobenius norm
    (10) viol(X) = max(|X 1 - 1|_inf, |X^T 1 - 1|_inf)          constraint violation
+   (11) neg(X) = sum_ij max(-X_ij, 0) / n                      negative mass (A_n is not the
+                                                               polytope: entries may go below 0)
+   (12) E[x1 | x_t] = sum_k w_k P_k,  w_k ∝ N(x0_k; J/n, s^2) 1[x0_k in cell k],
+        x0_k = (x_t - t P_k) / (1 - t)                         exact posterior endpoint for the
+                                                               nearest-target coupling (oracle)
 
 Because every P_k, x0 and the interpolant lie in A_n and the projected velocity lies in T_n, each
 Euler/Heun iterate stays in A_n up to float rounding: the constraints hold by construction, no
@@ -159,7 +166,10 @@ def integrate(
     for step in range(steps):
         t = step * h
         slope = field(x, t)
-        if method == "heun":
+        # Heun's corrector evaluates the field at t + h; on the last step that is t = 1, where an
+        # endpoint-parameterised velocity (x1_hat - x) / (1 - t) is undefined. The last step is
+        # therefore an Euler step, which lands exactly on the predicted endpoint.
+        if method == "heun" and step < steps - 1:
             slope = 0.5 * (slope + field(x + h * slope, t + h))
         x = x + h * slope
     return x
@@ -173,6 +183,48 @@ def hungarian_decode(x: torch.Tensor) -> np.ndarray:
         _, cols = linear_sum_assignment(matrix, maximize=True)
         perms[b] = cols
     return perms
+
+
+def negative_mass(x: torch.Tensor) -> torch.Tensor:
+    """Eq. (11): total mass of the negative entries per matrix, divided by n. x: [B, n, n] -> [B].
+
+    0 for every point of the Birkhoff polytope; the flow lives in the affine hull A_n, so its
+    end points may have negative entries that the Hungarian decode hides.
+    """
+    return (-x).clamp(min=0).sum(dim=(-2, -1)) / x.shape[-1]
+
+
+def posterior_endpoint(
+    x_t: torch.Tensor,
+    t: torch.Tensor,
+    targets: torch.Tensor,
+    num_valid: torch.Tensor,
+    sigma: float,
+) -> torch.Tensor:
+    """Eq. (12): E[x1 | x_t] under the base (4) and the nearest-target coupling (5), in closed form.
+
+    x_t: [B, n, n]; t: [B]; targets: [B, K, n, n] of which the first ``num_valid[b]`` are valid.
+    Given x1 = P_k, x_t determines x0_k = (x_t - t P_k) / (1 - t); the pair (x0_k, k) has density
+    N(x0_k; J/n, sigma^2 on T_n) when k is x0_k's nearest valid target, else 0. The common Jacobian
+    (1 - t)^-d cancels in the weights. If no slot is consistent (x_t off the data's support), the
+    Gaussian factor alone decides. This is the field a perfect network would learn: integrating
+    it (the positive control) shows what the sampler can reach.
+    """
+    b, k, n, _ = targets.shape
+    tt = t.view(b, 1, 1, 1)  # [B, 1, 1, 1]
+    gap = (1 - tt).clamp(min=1e-6)
+    x0 = (x_t.unsqueeze(1) - tt * targets) / gap  # [B, K, n, n]
+    log_density = -((x0 - 1.0 / n) ** 2).sum(dim=(-2, -1)) / (2 * sigma**2)  # [B, K]
+    slot = torch.arange(k, device=x_t.device)
+    valid = slot.unsqueeze(0) < num_valid.unsqueeze(1)  # [B, K]
+    # cell indicator: slot k is x0_k's nearest valid target (ties count as inside)
+    scores = (x0.unsqueeze(2) * targets.unsqueeze(1)).sum(dim=(-2, -1))  # [B, K(x0), K(target)]
+    scores = scores.masked_fill(~valid.unsqueeze(1), float("-inf"))
+    own = scores.diagonal(dim1=1, dim2=2)  # [B, K]
+    consistent = valid & (own >= scores.amax(dim=2))  # [B, K]
+    allowed = torch.where(consistent.any(dim=1, keepdim=True), consistent, valid)
+    weights = torch.softmax(log_density.masked_fill(~allowed, float("-inf")), dim=1)  # [B, K]
+    return (weights.view(b, k, 1, 1) * targets).sum(dim=1)  # [B, n, n]
 
 
 def constraint_violation(x: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from papers_cli import ConfigError
 from papers_data import (
+    EpochShuffle,
+    drawn_by_trainer,
     load_mnist_5k,
     read_idx,
     require_files,
@@ -60,21 +62,25 @@ def ranks_of(values: np.ndarray) -> np.ndarray:
     return np.argsort(np.argsort(values, kind="stable"), kind="stable")
 
 
-def max_sequence_length(ambiguous: bool) -> int:
-    """Distinct digits fit n <= 10; an ambiguous sequence also leaves one digit strictly inside
-    its blend's interval [a, b] (b - a >= 2) out of the n - 2 others, so n <= 9."""
-    return NUM_CLASSES - 1 if ambiguous else NUM_CLASSES
+def max_sequence_length(ambiguous: bool, digits: int = 1) -> int:
+    """Distinct numbers of ``digits`` digits fit n <= 10^digits; an ambiguous sequence also
+    leaves one number strictly inside its blend's interval [a, b] (b - a >= 2) out of the n - 2
+    others, so n <= 10^digits - 1 (9 for single digits)."""
+    return NUM_CLASSES**digits - (1 if ambiguous else 0)
 
 
-def sample_sequence_values(rng: np.random.Generator, n: int, ambiguous: bool):
-    """Digit values of one sequence as (value_a, value_b) per item; clean items have a == b.
+def sample_sequence_values(rng: np.random.Generator, n: int, ambiguous: bool, digits: int = 1):
+    """Values of one sequence as (value_a, value_b) per item; clean items have a == b.
 
-    Returns two int arrays [n]: reading the blend as its smaller / larger digit.
+    Returns two int arrays [n]: reading the blend as its smaller / larger value. With several
+    digits per number the blend's two readings differ in one digit position only (one blended
+    digit image), and no other value of the sequence lies in [a, b].
     """
-    if not 3 <= n <= max_sequence_length(ambiguous):
-        raise ValueError(
-            f"sequence length n must be in [3, {max_sequence_length(ambiguous)}], got {n}"
-        )
+    longest = max_sequence_length(ambiguous, digits)
+    if not 3 <= n <= longest:
+        raise ValueError(f"sequence length n must be in [3, {longest}], got {n}")
+    if digits > 1:
+        return _sample_multi_digit_values(rng, n, ambiguous, digits)
     if not ambiguous:
         values = rng.choice(NUM_CLASSES, n, replace=False)
         return values, values.copy()
@@ -91,31 +97,69 @@ def sample_sequence_values(rng: np.random.Generator, n: int, ambiguous: bool):
     return low[order], high[order]
 
 
-def make_sorting_sequences(
-    labels: np.ndarray, n: int, num_sequences: int, ambiguous_fraction: float, seed: int
-) -> dict[str, np.ndarray]:
-    """Build sequences over an image pool with ``labels``.
+def _sample_multi_digit_values(rng: np.random.Generator, n: int, ambiguous: bool, digits: int):
+    num_values = NUM_CLASSES**digits
+    if not ambiguous:
+        values = rng.choice(num_values, n, replace=False)
+        return values, values.copy()
+    while True:
+        a = int(rng.integers(num_values))
+        place = NUM_CLASSES ** int(rng.integers(digits))
+        digit, other = (a // place) % NUM_CLASSES, int(rng.integers(NUM_CLASSES))
+        a, b = sorted((a, a + (other - digit) * place))
+        width = b - a + 1
+        if b - a >= 2 and num_values - width >= n - 2:
+            break
+    c = rng.integers(a + 1, b)
+    slots = rng.choice(num_values - width, n - 2, replace=False)
+    others = np.where(slots < a, slots, slots + width)  # skip the interval [a, b]
+    low = np.concatenate([[a, c], others])
+    high = np.concatenate([[b, c], others])
+    order = rng.permutation(n)
+    return low[order], high[order]
 
-    Returns idx_a, idx_b [N, n] (pool indices; item = 0.5 img[idx_a] + 0.5 img[idx_b], equal for
-    clean items), value_a, value_b [N, n], optima [N, 2, n] (row 1 repeats row 0 when K = 1) and
-    num_valid [N].
+
+def digits_of(value: int, digits: int) -> list[int]:
+    """Most significant digit first: digits_of(42, 3) == [0, 4, 2]."""
+    return [(int(value) // NUM_CLASSES ** (digits - 1 - j)) % NUM_CLASSES for j in range(digits)]
+
+
+def make_sorting_sequences(
+    labels: np.ndarray,
+    n: int,
+    num_sequences: int,
+    ambiguous_fraction: float,
+    seed: int,
+    digits: int = 1,
+) -> dict[str, np.ndarray]:
+    """Build sequences of ``digits``-digit numbers over an image pool with ``labels``.
+
+    Returns idx_a, idx_b [N, n, digits] (pool indices of each digit image; item = 0.5 img[idx_a]
+    + 0.5 img[idx_b], equal for clean items and for the digits both readings share), value_a,
+    value_b [N, n], optima [N, 2, n] (row 1 repeats row 0 when K = 1) and num_valid [N].
     """
     rng = np.random.default_rng(seed)
     by_class = [np.flatnonzero(labels == k) for k in range(NUM_CLASSES)]
     if any(len(members) == 0 for members in by_class):
         raise ValueError("the image pool must contain every digit class 0-9")
-    out = {k: np.zeros((num_sequences, n), np.int64) for k in ("idx_a", "idx_b", "value_a")}
+    out = {k: np.zeros((num_sequences, n, digits), np.int64) for k in ("idx_a", "idx_b")}
+    out["value_a"] = np.zeros((num_sequences, n), np.int64)
     out["value_b"] = np.zeros((num_sequences, n), np.int64)
     out["optima"] = np.zeros((num_sequences, 2, n), np.int64)
     out["num_valid"] = np.ones(num_sequences, np.int64)
     for s in range(num_sequences):
         ambiguous = rng.random() < ambiguous_fraction
-        low, high = sample_sequence_values(rng, n, ambiguous)
-        idx_a = np.array([rng.choice(by_class[v]) for v in low])
+        low, high = sample_sequence_values(rng, n, ambiguous, digits)
+        low_digits = [digits_of(v, digits) for v in low]
+        high_digits = [digits_of(v, digits) for v in high]
+        idx_a = np.array([[rng.choice(by_class[d]) for d in item] for item in low_digits])
         idx_b = np.array(
             [
-                rng.choice(by_class[h]) if h != v else i
-                for v, h, i in zip(low, high, idx_a, strict=True)
+                [
+                    rng.choice(by_class[h]) if h != v else i
+                    for v, h, i in zip(lo, hi, ia, strict=True)
+                ]
+                for lo, hi, ia in zip(low_digits, high_digits, idx_a, strict=True)
             ]
         )
         out["idx_a"][s], out["idx_b"][s] = idx_a, idx_b
@@ -178,9 +222,11 @@ class SortingDataset(Dataset):
         return len(self.seq["num_valid"])
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        images = 0.5 * (self.images[self.seq["idx_a"][i]] + self.images[self.seq["idx_b"][i]])
+        digits = 0.5 * (self.images[self.seq["idx_a"][i]] + self.images[self.seq["idx_b"][i]])
+        n, d, _, size, _ = digits.shape  # [n, digits, 1, s, s]: a number's digits side by side
+        images = digits.permute(0, 2, 3, 1, 4).reshape(n, 1, size, d * size)
         return {
-            "condition": images,  # [n, 1, s, s]
+            "condition": images,  # [n, 1, s, digits * s]
             "optima": self.seq["optima"][i],  # [2, n]
             "num_valid": self.seq["num_valid"][i],
         }
@@ -190,16 +236,16 @@ class SortingDataset(Dataset):
 
 
 def validate_costs(costs: np.ndarray, n: int | None = None) -> np.ndarray:
-    """Check a stack of cost matrices [M, n, n]; raise ValueError saying what to fix."""
+    """Check a stack of cost matrices [M, n, n]; raise ConfigError saying what to fix."""
     costs = np.asarray(costs)
     if costs.ndim != 3 or costs.shape[1] != costs.shape[2]:
-        raise ValueError(
+        raise ConfigError(
             f"cost matrices must be square with shape [M, n, n], got {costs.shape}; "
             "SLAP assigns n items to n items"
         )
     if not np.isfinite(costs).all():
         bad = int((~np.isfinite(costs)).any(axis=(1, 2)).sum())
-        raise ValueError(
+        raise ConfigError(
             f"{bad} cost matrices contain NaN or inf; remove or repair those instances"
         )
     if n is not None and costs.shape[1] != n:
@@ -252,15 +298,31 @@ def save_slap(path: str | Path, data: dict[str, np.ndarray]) -> None:
 
 
 def load_slap(path: str | Path, n: int | None = None) -> dict[str, np.ndarray]:
-    """Read and validate an .npz written by ``save_slap``."""
-    with np.load(path) as f:
-        missing = {"C", "optima"} - set(f.files)
-        if missing:
-            raise ValueError(f"{path} lacks arrays {sorted(missing)}; expected C and optima")
-        data = {"C": f["C"], "optima": f["optima"]}
+    """Read and validate an .npz written by ``save_slap``; a bad file is a ConfigError (exit 2
+    with one paragraph) that says what the file should hold."""
+    expected = "an .npz with C: float32[M, n, n] and optima: int[M, K, n] (see save_slap)"
+    if not Path(path).is_file():
+        raise ConfigError(f"data.slap_file={path} does not exist; expected {expected}")
+    try:
+        with np.load(path) as f:
+            missing = {"C", "optima"} - set(f.files)
+            if missing:
+                raise ConfigError(f"{path} lacks arrays {sorted(missing)}; expected {expected}")
+            data = {"C": f["C"], "optima": f["optima"]}
+    except (OSError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{path} is not a readable .npz ({error}); expected {expected}") from None
     validate_costs(data["C"], n)
-    if data["optima"].shape[::2] != (data["C"].shape[0], data["C"].shape[1]):
-        raise ValueError(f"optima shape {data['optima'].shape} does not match C {data['C'].shape}")
+    optima = data["optima"]
+    if optima.ndim != 3 or optima.shape[::2] != (data["C"].shape[0], data["C"].shape[1]):
+        raise ConfigError(
+            f"{path}: optima shape {optima.shape} does not match C {data['C'].shape}; expected "
+            "optima[M, K, n] with one row of K optimal assignments per cost matrix"
+        )
+    n_items = data["C"].shape[1]
+    if optima.min() < 0 or optima.max() >= n_items:
+        raise ConfigError(f"{path}: optima hold indices outside [0, {n_items - 1}]")
     return data
 
 
@@ -283,11 +345,15 @@ class SlapDataset(Dataset):
 # ----------------------------------------------------------------------------- datamodule
 
 
+_SPLITS_CACHE: dict[tuple, dict[str, Dataset]] = {}
+
+
 class PermutationDataModule(L.LightningDataModule):
     """Both tasks behind one class: ``task='sorting'`` (A) or ``task='slap'`` (B).
 
-    The validation and test sets are built from the held-out pool with different seeds; the
-    miniature never selects on validation data (it only monitors).
+    Task A: train sequences use the training image pool; the held-out pool is split 30/70 into
+    disjoint validation and test image pools, so tuning on validation never sees a test image.
+    ``digits``: digits per number (1 in the miniature; several give ambiguity beyond n = 9).
     """
 
     def __init__(
@@ -298,6 +364,7 @@ class PermutationDataModule(L.LightningDataModule):
         num_val: PositiveInt = 256,
         num_test: PositiveInt = 1000,
         ambiguous_fraction: ClosedUnitInterval = 0.5,
+        digits: PositiveInt = 1,
         image_source: ImageSource = "mnist_5k",
         root: str | None = None,
         image_size: PositiveInt = 14,
@@ -307,13 +374,13 @@ class PermutationDataModule(L.LightningDataModule):
         seed: NonNegativeInt = 0,
     ):
         super().__init__()
-        longest = max_sequence_length(ambiguous_fraction > 0)
+        longest = max_sequence_length(ambiguous_fraction > 0, digits)
         if task == "sorting" and n > longest:
             raise ConfigError(
-                f"data.n={n} is too long for digit sorting: a sequence holds distinct digits "
-                f"0-9, and an ambiguous one (ambiguous_fraction={ambiguous_fraction}) also "
-                f"leaves a digit inside its blend's interval, so use n <= {longest} (or task "
-                "slap for longer permutations)"
+                f"data.n={n} is too long for sorting {digits}-digit numbers: a sequence holds "
+                f"distinct numbers, and an ambiguous one (ambiguous_fraction="
+                f"{ambiguous_fraction}) also leaves a number inside its blend's interval, so use "
+                f"n <= {longest}, more data.digits, or task slap for longer permutations"
             )
         self.save_hyperparameters()
         self.splits: dict[str, Dataset] = {}
@@ -321,18 +388,37 @@ class PermutationDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
+        # The claim experiment trains many models on the same data: build each split once per
+        # process (generating 15,000 sequences takes seconds).
+        key = tuple(sorted((k, str(v)) for k, v in self.hparams.items() if k != "num_workers"))
+        if key not in _SPLITS_CACHE:
+            self._build_splits()
+            _SPLITS_CACHE.clear()  # keep only the latest configuration
+            _SPLITS_CACHE[key] = self.splits
+        self.splits = dict(_SPLITS_CACHE[key])
+
+    def _build_splits(self) -> None:
         hp = self.hparams
         if hp.task == "sorting":
             train_img, train_lab, test_img, test_lab = load_image_pools(
                 hp.image_source, hp.root, hp.image_size, hp.seed
             )
+            val_idx, test_idx = seeded_split(len(test_lab), fractions=(0.3, 0.7), seed=hp.seed)
+            pools = {
+                "train": (train_img, train_lab),
+                "val": (test_img[val_idx], test_lab[val_idx]),
+                "test": (test_img[test_idx], test_lab[test_idx]),
+            }
             sizes = {"train": hp.num_train, "val": hp.num_val, "test": hp.num_test}
             for offset, (split, size) in enumerate(sizes.items()):
-                images, labels = (
-                    (train_img, train_lab) if split == "train" else (test_img, test_lab)
-                )
+                images, labels = pools[split]
                 seqs = make_sorting_sequences(
-                    labels, hp.n, size, hp.ambiguous_fraction, seed=hp.seed * 1000 + offset
+                    labels,
+                    hp.n,
+                    size,
+                    hp.ambiguous_fraction,
+                    seed=hp.seed * 1000 + offset,
+                    digits=hp.digits,
                 )
                 self.splits[split] = SortingDataset(images, seqs)
             return
@@ -350,13 +436,18 @@ class PermutationDataModule(L.LightningDataModule):
             self.splits[split] = SlapDataset({k: v[idx] for k, v in data.items()})
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.hparams.seed)
+        # EpochShuffle: the order depends only on (seed, optimizer steps taken), so a resumed run
+        # sees the batches the uninterrupted run saw (shuffle=True draws from the global generator).
+        sampler = None
+        if shuffle:
+            n = len(self.splits[split])
+            drawn = drawn_by_trainer(self, n, self.hparams.batch_size)
+            sampler = EpochShuffle(n, self.hparams.seed, drawn)
         return DataLoader(
             self.splits[split],
             batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             num_workers=self.hparams.num_workers,
-            generator=generator if shuffle else None,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -1,5 +1,6 @@
 """LightningModule wiring PermFlow and the Sinkhorn baselines to the shared networks."""
 
+import math
 from typing import Literal
 
 import lightning as L
@@ -10,18 +11,25 @@ from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from papers_cli import ConfigError
 from permflow import baselines, core
 from permflow.data import PermutationSize, Task
-from permflow.evaluate import permutation_metrics
+from permflow.evaluate import LOGGED_METRICS, permutation_metrics
 from permflow.networks import AxialNet, SortingNet
 
 
 class PermutationModel(L.LightningModule):
     """One module for every method; only the objective and the sampler differ.
 
+    The constructor's defaults are those of ``configs/default.yaml`` (a test checks it), so a
+    model built in code is the model ``uv run train`` trains.
+
     method: ``permflow`` (flow matching, Eq. 4-9 of core; ``prediction`` picks the velocity or
     an endpoint parameterisation of the same field: linear with the projected MSE, or row-softmax
-    with cross-entropy), ``sinkhorn`` (deterministic Sinkhorn
-    network) or ``gumbel_sinkhorn``. decode (baselines only): ``noiseless`` Hungarian(L) or
-    ``noisy`` Hungarian(L + g) per sample.
+    with cross-entropy), ``sinkhorn`` (deterministic Sinkhorn network) or ``gumbel_sinkhorn``
+    (Gumbel noise in training, its temperature annealed geometrically from ``sinkhorn_tau`` to
+    ``gumbel_tau_final``). ``project``: under ``velocity`` and ``endpoint`` it drops the projector
+    from the loss and the sampler; under ``endpoint_softmax`` the loss has no projector to drop,
+    so it changes the sampler only. ``gumbel_noise`` scales the Gumbel noise of training.
+    decode (baselines only): ``noiseless`` Hungarian(L) or ``noisy`` Hungarian(L +
+    decode_noise * g) per sample.
     """
 
     def __init__(
@@ -29,25 +37,30 @@ class PermutationModel(L.LightningModule):
         task: Task = "sorting",
         method: Literal["permflow", "sinkhorn", "gumbel_sinkhorn"] = "permflow",
         n: PermutationSize = 5,
-        width: PositiveInt = 64,
+        width: PositiveInt = 32,
         depth: PositiveInt = 2,
+        grid_depth: PositiveInt = 1,
         heads: PositiveInt = 4,
         image_dim: PositiveInt = 64,
         channels: tuple[PositiveInt, ...] = (16, 32),
-        sigma: PositiveFloat = 1.0,
+        digits: PositiveInt = 1,
+        sigma: PositiveFloat = 0.45,
         coupling: Literal["nearest", "independent"] = "nearest",
         project: bool = True,
-        prediction: Literal["velocity", "endpoint", "endpoint_softmax"] = "velocity",
-        time_sampling: Literal["uniform", "logit_normal", "early"] = "uniform",
+        prediction: Literal["velocity", "endpoint", "endpoint_softmax"] = "endpoint_softmax",
+        time_sampling: Literal["uniform", "logit_normal", "early"] = "early",
         sampler: Literal["euler", "heun"] = "euler",
         steps: PositiveInt = 20,
         sinkhorn_tau: PositiveFloat = 1.0,
         sinkhorn_iters: PositiveInt = 20,
         sinkhorn_loss: Literal["mse", "ce"] = "mse",
         gumbel_noise: NonNegativeFloat = 1.0,
+        gumbel_tau_final: PositiveFloat = 0.3,
         decode: Literal["noiseless", "noisy"] = "noiseless",
+        decode_noise: NonNegativeFloat = 1.0,
         num_samples: PositiveInt = 16,
         lr: PositiveFloat = 1e-3,
+        lr_decay_steps: PositiveInt = 1500,
         weight_decay: NonNegativeFloat = 1e-4,
     ):
         super().__init__()
@@ -59,10 +72,20 @@ class PermutationModel(L.LightningModule):
         self.save_hyperparameters()
         flow = method == "permflow"
         if task == "sorting":
-            self.net = SortingNet(n, flow, width, depth, heads, image_dim, channels=channels)
+            self.net = SortingNet(
+                n,
+                flow,
+                width,
+                depth,
+                heads,
+                image_dim,
+                channels=channels,
+                digits=digits,
+                grid_depth=grid_depth,
+            )
         else:
             self.net = AxialNet(flow, width, depth, heads)
-        self._val_outputs: list[tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]] = []
+        self._eval_outputs: list[dict[str, np.ndarray]] = []
 
     # ------------------------------------------------------------------ shared pieces
 
@@ -94,12 +117,31 @@ class PermutationModel(L.LightningModule):
             return self.net.encode_items(condition)  # [B, n, image_dim]
         return condition  # [B, n, n]
 
-    def sample_time(self, batch_size: int) -> torch.Tensor:
+    def draw_training_noise(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """x0 ~ Eq. (4) and t for one training batch, from the global generators.
+
+        Those generators are re-seeded before every batch from (run seed, rank, epoch, batch)
+        by papers_gpu's SeedEveryStep (added to every fit by papers_cli), so under DDP each rank
+        draws its own x0 and t, and a resumed run draws what the uninterrupted run drew.
+        """
+        x0 = core.sample_base(batch_size, self.hparams.n, self.hparams.sigma, device=self.device)
+        u = torch.rand(batch_size).to(self.device)
         if self.hparams.time_sampling == "logit_normal":
-            return torch.sigmoid(torch.randn(batch_size, device=self.device))
-        if self.hparams.time_sampling == "early":  # density 1/(2 sqrt t): the input is most
-            return torch.rand(batch_size, device=self.device) ** 2  # informative at small t
-        return torch.rand(batch_size, device=self.device)
+            t = torch.sigmoid(torch.randn(batch_size)).to(self.device)
+        elif self.hparams.time_sampling == "early":  # density 1/(2 sqrt t): the input is most
+            t = u**2  # informative at small t
+        else:
+            t = u
+        return x0, t
+
+    def gumbel_tau(self) -> float:
+        """Gumbel-Sinkhorn's training temperature, annealed geometrically over the run."""
+        hp = self.hparams
+        trainer = self._trainer
+        if trainer is None or not trainer.max_steps or trainer.max_steps < 0:
+            return hp.sinkhorn_tau
+        progress = min(trainer.global_step / trainer.max_steps, 1.0)
+        return hp.sinkhorn_tau * (hp.gumbel_tau_final / hp.sinkhorn_tau) ** progress
 
     # ------------------------------------------------------------------ objectives
 
@@ -110,12 +152,11 @@ class PermutationModel(L.LightningModule):
         feats = self.features(batch["condition"])
         b = targets.shape[0]
         if hp.method == "permflow":
-            x0 = core.sample_base(b, hp.n, hp.sigma, device=self.device)  # [B, n, n]
+            x0, t = self.draw_training_noise(b)  # [B, n, n], [B]
             if hp.coupling == "nearest":
                 x1, _ = core.nearest_target_coupling(x0, targets, num_valid)
             else:
                 x1, _ = core.independent_coupling(targets, num_valid)
-            t = self.sample_time(b)
             output = self.net(feats, core.interpolate(x0, x1, t), t).float()
             if hp.prediction == "endpoint":
                 return core.endpoint_loss(output, x1, project=hp.project)
@@ -127,7 +168,7 @@ class PermutationModel(L.LightningModule):
         logits = self.net(feats).float()
         if hp.method == "gumbel_sinkhorn":
             log_s = baselines.gumbel_sinkhorn(
-                logits, hp.sinkhorn_tau, hp.sinkhorn_iters, hp.gumbel_noise
+                logits, self.gumbel_tau(), hp.sinkhorn_iters, hp.gumbel_noise
             )
         else:
             log_s = baselines.log_sinkhorn(logits, hp.sinkhorn_tau, hp.sinkhorn_iters)
@@ -150,16 +191,33 @@ class PermutationModel(L.LightningModule):
         sampler: str | None = None,
         project: bool | None = None,
         decode: str | None = None,
-    ) -> tuple[np.ndarray, torch.Tensor]:
-        """m permutations per input -> (perms [B, m, n], violation [B] of the continuous output)."""
+        decode_noise: float | None = None,
+        oracle: bool = False,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """m permutations per input -> (perms [B, m, n], per-input diagnostics).
+
+        Diagnostics: ``violation`` and ``negative_mass`` [B] of the continuous outputs (largest
+        over the samples); flows add ``nearest`` [B, m], the slot of each x0's nearest valid
+        target (the coupling's choice), baselines ``violation_200`` [B] (Sinkhorn run to 200
+        iterations). ``oracle=True`` integrates the exact posterior endpoint field, Eq. (12) of
+        core, with the same base, sampler and decode (the positive control; it reads V(c) from
+        the batch).
+        """
         hp = self.hparams
         feats = self.features(batch["condition"])
         b, n = feats.shape[0], hp.n
-        if hp.method == "permflow":
-            repeated = feats.repeat_interleave(num_samples, dim=0)  # [B*m, ...]
+        if hp.method == "permflow" or oracle:
             x0 = core.sample_base(b * num_samples, n, hp.sigma, generator, self.device)
+            targets = core.permutation_matrices(batch["optima"]).to(x0.dtype)  # [B, K, n, n]
+            targets = targets.repeat_interleave(num_samples, dim=0)  # [B*m, K, n, n]
+            num_valid = batch["num_valid"].repeat_interleave(num_samples, dim=0)
+            _, nearest = core.nearest_target_coupling(x0, targets, num_valid)
+            repeated = None if oracle else feats.repeat_interleave(num_samples, dim=0)
 
             def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+                if oracle:
+                    endpoint = core.posterior_endpoint(x, t, targets, num_valid, hp.sigma)
+                    return core.velocity_from_endpoint(endpoint, x, t)
                 output = self.net(repeated, x, t).to(x.dtype)
                 if hp.prediction == "endpoint":
                     return core.velocity_from_endpoint(output, x, t)
@@ -175,47 +233,80 @@ class PermutationModel(L.LightningModule):
                 project=hp.project if project is None else project,
             )  # [B*m, n, n]
             perms = core.hungarian_decode(x1).reshape(b, num_samples, n)
-            return perms, core.constraint_violation(x1).view(b, num_samples).amax(1)
+            stats = {
+                "violation": core.constraint_violation(x1).view(b, num_samples).amax(1),
+                "negative_mass": core.negative_mass(x1).view(b, num_samples).amax(1),
+                "nearest": nearest.view(b, num_samples),
+            }
+            return perms, {k: v.cpu().numpy() for k, v in stats.items()}
         logits = self.net(feats).float()  # [B, n, n]
         soft = baselines.log_sinkhorn(logits, hp.sinkhorn_tau, hp.sinkhorn_iters).exp()
+        converged = baselines.log_sinkhorn(logits, hp.sinkhorn_tau, 200).exp()
         if (decode or hp.decode) == "noisy":
-            perms = baselines.decode_noisy(logits, num_samples, hp.gumbel_noise, generator)
+            noise = hp.decode_noise if decode_noise is None else decode_noise
+            perms = baselines.decode_noisy(logits, num_samples, noise, generator)
         else:
             perms = baselines.decode_noiseless(logits, num_samples)
-        return perms, core.constraint_violation(soft)
+        stats = {
+            "violation": core.constraint_violation(soft),
+            "violation_200": core.constraint_violation(converged),
+            "negative_mass": core.negative_mass(soft),
+        }
+        return perms, {k: v.cpu().numpy() for k, v in stats.items()}
 
-    # ------------------------------------------------------------------ validation
+    # ------------------------------------------------------------------ validation and test
+
+    def _sample_for_metrics(self, batch, batch_idx: int) -> None:
+        generator = torch.Generator().manual_seed(batch_idx)
+        perms, stats = self.sample_permutations(batch, self.hparams.num_samples, generator)
+        self._eval_outputs.append(
+            {
+                "samples": perms,
+                "optima": batch["optima"].cpu().numpy(),
+                "num_valid": batch["num_valid"].cpu().numpy(),
+                **stats,
+            }
+        )
+
+    def _log_metrics(self, prefix: str) -> None:
+        if not self._eval_outputs:
+            return
+        outputs = {
+            k: np.concatenate([o[k] for o in self._eval_outputs]) for k in self._eval_outputs[0]
+        }
+        self._eval_outputs.clear()
+        metrics = permutation_metrics(**outputs)
+        for key in LOGGED_METRICS:
+            if key in metrics and len(metrics[key]):  # mode_balance may have no inputs
+                value = float(np.mean(metrics[key]))
+                self.log(f"{prefix}/{key}", value, sync_dist=True, prog_bar=key == "both_modes")
 
     def validation_step(self, batch, batch_idx):
-        generator = torch.Generator().manual_seed(batch_idx)
-        perms, violation = self.sample_permutations(batch, self.hparams.num_samples, generator)
-        self._val_outputs.append(
-            (perms, batch["optima"].cpu().numpy(), batch["num_valid"].cpu().numpy(), violation)
-        )
+        self._sample_for_metrics(batch, batch_idx)
 
     def on_validation_epoch_end(self) -> None:
-        if not self._val_outputs:
-            return
-        perms, optima, num_valid, violation = zip(*self._val_outputs, strict=True)
-        self._val_outputs.clear()
-        metrics = permutation_metrics(
-            np.concatenate(perms), np.concatenate(optima), np.concatenate(num_valid)
-        )
-        metrics["violation"] = float(torch.cat(violation).max())
-        for key in (
-            "unambiguous_accuracy",
-            "valid_rate",
-            "both_modes",
-            "mode_balance",
-            "violation",
-        ):
-            if key in metrics:
-                self.log(f"val/{key}", metrics[key], sync_dist=True, prog_bar=key == "both_modes")
+        self._log_metrics("val")
+
+    def test_step(self, batch, batch_idx):
+        """``uv run train test --ckpt_path ...``: the claim's metrics on the test split."""
+        self._sample_for_metrics(batch, batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
 
     def configure_optimizers(self):
+        """AdamW with a cosine decay of the learning rate to 0 over ``lr_decay_steps``, then flat.
+
+        The length is a hyper-parameter rather than the trainer's step budget, so that a run
+        stopped early and resumed follows the uninterrupted run's schedule exactly.
+        """
         optimizer = torch.optim.AdamW(
             self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
-        total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
-        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+        decay_steps = self.hparams.lr_decay_steps
+
+        def factor(step: int) -> float:
+            return 0.5 * (1 + math.cos(math.pi * min(step / decay_steps, 1.0)))
+
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

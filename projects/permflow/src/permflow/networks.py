@@ -1,9 +1,10 @@
 """Permutation-equivariant networks shared by PermFlow and the Sinkhorn baselines.
 
-* ``SortingNet`` (task A): a per-item CNN encodes each image; a transformer encoder WITHOUT
-  positional encoding mixes the items (so permuting the items permutes the outputs). With
-  ``flow=True`` token i also carries row i of x_t and a time embedding and the head emits row i
-  of the velocity; with ``flow=False`` the head emits row i of the Sinkhorn logits.
+* ``SortingNet`` (task A): a per-item CNN encodes each image, a transformer mixes the items;
+  cells (item i, rank r) carry the item's token, a rank embedding and (flow) x_t[i, r] and a
+  time embedding; axial attention along ranks and along items (no positional encoding over
+  items, so permuting the items permutes the outputs). The head emits v[i, r] (flow) or the
+  Sinkhorn logit[i, r].
 * ``AxialNet`` (task B, assignment): cells (i, j) carry [C_ij, x_t_ij, t-emb]; blocks alternate
   attention along rows and along columns, so the map is equivariant to independent permutations
   of rows and of columns. The head emits v_ij (or logit_ij).
@@ -23,16 +24,18 @@ def time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class DigitEncoder(nn.Module):
-    """Small CNN: one grey image [1, s, s] -> feature vector [out_dim]."""
+    """Small CNN: one grey image [1, s, digits * s] (a number's digits side by side) -> feature
+    vector [out_dim]; the pooled grid keeps 2 x 2 cells per digit, so digit order survives."""
 
-    def __init__(self, out_dim: int = 64, channels: tuple[int, ...] = (16, 32)):
+    def __init__(self, out_dim: int = 64, channels: tuple[int, ...] = (16, 32), digits: int = 1):
         super().__init__()
         layers: list[nn.Module] = []
         in_ch = 1
         for ch in channels:
             layers += [nn.Conv2d(in_ch, ch, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
             in_ch = ch
-        layers += [nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(in_ch * 4, out_dim)]
+        pooled = nn.AdaptiveAvgPool2d((2, 2 * digits))
+        layers += [pooled, nn.Flatten(), nn.Linear(in_ch * 4 * digits, out_dim)]
         self.net = nn.Sequential(*layers)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -40,41 +43,58 @@ class DigitEncoder(nn.Module):
 
 
 class SortingNet(nn.Module):
-    """Task A: per-item CNN + transformer over items (no positional encoding)."""
+    """Task A: per-item CNN, a transformer over items, then axial attention over the item x rank
+    grid.
+
+    The item transformer (no positional encoding) compares the items' digits. Cell (i, r) then
+    holds [item i's token + a learned embedding of rank r] and, for the flow, [x_t[i, r], time];
+    ``grid_depth`` axial blocks alternate attention along the ranks of one item and along the
+    items of one rank, so routing "item i to rank r" can weigh every other item's claim on rank
+    r, which a per-item token that sees only its own row of x_t cannot. The head emits v[i, r]
+    (flow) or the Sinkhorn logit[i, r]. Equivariant over items; ranks are an ordered axis.
+    """
 
     def __init__(
         self,
         n: int,
         flow: bool,
-        width: int = 64,
+        width: int = 32,
         depth: int = 2,
         heads: int = 4,
         image_dim: int = 64,
         time_dim: int = 16,
         channels: tuple[int, ...] = (16, 32),
+        digits: int = 1,
+        grid_depth: int = 1,
     ):
         super().__init__()
         self.n, self.flow, self.time_dim = n, flow, time_dim
-        self.encoder = DigitEncoder(image_dim, channels)
-        token_dim = image_dim + (n + time_dim if flow else 0)
-        self.embed = nn.Linear(token_dim, width)
+        self.encoder = DigitEncoder(image_dim, channels, digits)
+        self.embed = nn.Linear(image_dim, width)
         layer = nn.TransformerEncoderLayer(
             width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
         )
         self.trunk = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
-        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, n))
+        self.rank = nn.Parameter(torch.randn(n, width) * 0.02)  # [n ranks, width]
+        self.cell = nn.Linear(1 + time_dim, width) if flow else None
+        self.grid = nn.Sequential(*[AxialBlock(width, heads) for _ in range(grid_depth)])
+        self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 1))
 
     def encode_items(self, images: torch.Tensor) -> torch.Tensor:
-        """images [B, n, 1, s, s] -> features [B, n, image_dim]; reused across ODE steps."""
+        """images [B, n, 1, s, w] -> features [B, n, image_dim]; reused across ODE steps."""
         b, n = images.shape[:2]
         return self.encoder(images.flatten(0, 1)).view(b, n, -1)
 
     def forward(self, features, x=None, t=None) -> torch.Tensor:
         """features [B, n, image_dim], x [B, n, n], t [B] -> velocity or logits [B, n, n]."""
+        b, n, _ = features.shape
+        items = self.trunk(self.embed(features))  # [B, n, W]
+        h = items.unsqueeze(2) + self.rank[:n].view(1, 1, n, -1)  # [B, n items, n ranks, W]
         if self.flow:
-            temb = time_embedding(t, self.time_dim).unsqueeze(1).expand(-1, self.n, -1)
-            features = torch.cat([features, x.to(features.dtype), temb.to(features.dtype)], -1)
-        return self.head(self.trunk(self.embed(features)))
+            temb = time_embedding(t, self.time_dim).to(features.dtype)  # [B, time_dim]
+            cells = [x.to(features.dtype).unsqueeze(-1), temb.view(b, 1, 1, -1).expand(b, n, n, -1)]
+            h = h + self.cell(torch.cat(cells, -1))
+        return self.head(self.grid(h)).squeeze(-1)
 
 
 class AxialBlock(nn.Module):

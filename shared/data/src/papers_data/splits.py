@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,16 +26,16 @@ def seeded_split(n: int, fractions: Sequence[float], seed: int) -> list[np.ndarr
 
 
 class EpochShuffle(Sampler[int]):
-    """An endless stream of shuffles of ``range(n)`` (shuffle ``e`` fixed by ``(seed, e)``), from
-    which each epoch reads ``n`` indices, starting at the position ``consumed()`` gives.
+    """An endless stream of shuffles of ``range(n)`` (shuffle ``e`` fixed by ``(seed, e)``): an
+    epoch reads the rest of the shuffle that holds the stream position ``consumed()`` gives (all
+    of it when the position starts a shuffle, as it does except right after a resume).
 
     ``shuffle=True`` draws the order from the global generator, and an order keyed on the epoch
     number is not enough either: a run resumed from a checkpoint saved at an epoch's end restarts
     Lightning's epoch bookkeeping in states where the epoch number, or the number of batches left
     in the restored epoch, differs from the uninterrupted run's. The optimizer step count is
-    restored exactly, so key the position on it: pass
-    ``consumed=lambda: trainer.global_step * samples_per_step`` (batch size x devices x gradient
-    accumulation); a resumed run then reads the uninterrupted run's batches.
+    restored exactly, so key the position on it (``drawn_by_trainer``); a resumed run then reads
+    the uninterrupted run's batches.
     """
 
     def __init__(self, n: int, seed: int, consumed: Callable[[], int]) -> None:
@@ -48,21 +49,30 @@ class EpochShuffle(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         epoch, offset = divmod(self.consumed(), self.n)
         yield from self._shuffle(epoch)[offset:]
-        yield from self._shuffle(epoch + 1)[:offset]
 
     def __len__(self) -> int:
         return self.n
 
 
-def drawn_by_trainer(datamodule: Any, batch_size: int) -> Callable[[], int]:
-    """``consumed`` for an ``EpochShuffle`` built in a DataModule: the samples its trainer's
-    optimizer steps have drawn so far (0 while no trainer is attached)."""
+def drawn_by_trainer(
+    datamodule: Any, n: int, batch_size: int, drop_last: bool = False
+) -> Callable[[], int]:
+    """``consumed`` for an ``EpochShuffle`` of ``n`` items built in a DataModule: the stream
+    position the trainer's optimizer steps have reached (0 while no trainer is attached).
+
+    Epoch ``e`` starts at position ``e * n``; within it each optimizer step has drawn
+    ``batch_size x devices x gradient accumulation`` items (a short last batch, kept unless
+    ``drop_last``, still counts as a step, which is why the position is not steps x batch)."""
 
     def consumed() -> int:
         trainer = getattr(datamodule, "trainer", None)
         if trainer is None:
             return 0
-        per_step = batch_size * trainer.accumulate_grad_batches * trainer.world_size
-        return trainer.global_step * per_step
+        accumulate, ranks = trainer.accumulate_grad_batches, trainer.world_size
+        per_rank = math.ceil(n / ranks)
+        batches = per_rank // batch_size if drop_last else math.ceil(per_rank / batch_size)
+        steps_per_epoch = max(1, math.ceil(batches / accumulate))
+        epoch, step = divmod(trainer.global_step, steps_per_epoch)
+        return epoch * n + min(step * batch_size * accumulate * ranks, n)
 
     return consumed
