@@ -118,15 +118,14 @@ class AicDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # the order is keyed on the optimizer steps taken, so a resumed run reads the same batches
-        batch = self.hparams.batch_size
+        n, batch = len(self.train_set), self.hparams.batch_size
+        drop_last = n >= batch
         return DataLoader(
             self.train_set,
             batch_size=batch,
-            sampler=EpochShuffle(
-                len(self.train_set), self.hparams.seed, drawn_by_trainer(self, batch)
-            ),
+            sampler=EpochShuffle(n, self.hparams.seed, drawn_by_trainer(self, n, batch, drop_last)),
             num_workers=self.hparams.num_workers,
-            drop_last=len(self.train_set) >= batch,
+            drop_last=drop_last,
         )
 
     def val_dataloader(self) -> DataLoader:
