@@ -1,6 +1,7 @@
 import pytest
 import torch
 from scipy.stats import spearmanr
+from torch.utils.flop_counter import FlopCounterMode
 
 from aic.architectures import ARCHITECTURES
 from aic.core import (
@@ -8,6 +9,7 @@ from aic.core import (
     adaptive_act,
     check_price,
     count_flops,
+    flops_per_decision,
     halting_loss,
     halting_steps,
     select_steps,
@@ -74,7 +76,7 @@ def test_halting_head_learns_known_difficulty_without_collapse():
     returns = (k[None] >= difficulty[:, None]).float()  # R_k(s) known exactly
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
     for _ in range(100):
-        loss = halting_loss(policy(obs)["halt"], voc_targets(returns))
+        loss = halting_loss(policy(obs)["halt"], voc_targets(returns, "cumulative"))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -116,11 +118,56 @@ def test_compaction_really_skips_work():
     assert sum(rows) == int(steps.sum()) < obs.shape[0] * policy.k_max
 
 
-@pytest.mark.parametrize(("arch", "kind"), CASES)
-def test_flops_are_counted_for_every_architecture(arch, kind):
-    policy, obs = make(arch, kind)
+def test_count_flops_matches_a_hand_count():
+    """resmlp on a state vector (F=6 features, D=16, A=3 actions): every matmul by hand,
+    2 x rows x cols per linear layer (FlopCounterMode ignores biases)."""
+    policy, obs = make("resmlp", "vector")
+    f, d, a = 6, 16, 3
+    assert count_flops(policy, obs) == {
+        "encoder": 2 * f * d + 2 * d * d,  # Linear(F, D), Linear(D, D)
+        "core": 2 * (2 * d) * (2 * d) + 2 * (2 * d) * d,  # Linear(2D, 2D), Linear(2D, D)
+        "feature": 2 * d * d,  # Linear(D, D)
+        "policy": 2 * d * a,
+        "halt": 2 * (d + 1) * d + 2 * d,  # Linear(D + 1, D), Linear(D, 1)
+    }
+
+
+def test_conv_flops_match_a_hand_count():
+    """Recurrent conv core on a 5 x 5 grid, D=16: two 3x3 convolutions per step, and the
+    focus pooling (an einsum over the 25 cells) in the feature map."""
+    policy, obs = make("conv", "grid")
+    d, cells = 16, 25
     flops = count_flops(policy, obs)
-    assert flops["per_step"] > 0 and flops["encoder"] >= 0
+    assert flops["core"] == 2 * cells * 9 * (2 * d * d + d * d)
+    assert flops["feature"] == 2 * cells * d + 2 * (2 * d) * d
+    assert flops["encoder"] == 0  # embedding look-ups only
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES)
+def test_aic_inference_costs_what_flops_per_decision_charges(arch, kind):
+    """Counting adaptive_act itself (compacted batches, every sample its own K) gives
+    sum_b flops_per_decision(K_b, "halt"): the encoder once, K x (core + feature + halting head)
+    and ONE policy readout per sample."""
+    policy, obs = make(arch, kind)
+    with torch.no_grad():
+        policy.halting_head[-1].bias += 0.1 - policy(obs)["halt"].median()
+    flops = count_flops(policy, obs)
+    policy.train()  # the eval-mode transformer takes a fused kernel the counter cannot see
+    with FlopCounterMode(display=False) as counter:
+        _, steps = adaptive_act(policy, obs, 0.1)
+    assert 1 < steps.float().mean() < policy.k_max
+    charged = flops_per_decision(flops, steps.double(), "halt").sum().item()
+    assert counter.get_total_flops() == pytest.approx(charged, rel=1e-9)
+
+
+def test_fixed_k_is_charged_one_readout_and_no_halting_head():
+    flops = {"encoder": 7, "core": 100, "feature": 10, "policy": 3, "halt": 5}
+    assert flops_per_decision(flops, 4, "none") == 7 + 4 * 100 + 10 + 3
+    assert flops_per_decision(flops, 4, "halt") == 7 + 4 * (100 + 10 + 5) + 3
+    assert flops_per_decision(flops, 4, "readout") == 7 + 4 * (100 + 10 + 3)
+    assert flops_per_decision(flops, 4, "halt", halt_flops=1) == 7 + 4 * (100 + 10 + 1) + 3
+    with pytest.raises(ValueError, match="per-step work"):
+        flops_per_decision(flops, 4, "twice")
 
 
 def test_bad_price_and_architecture_are_user_errors():

@@ -2,7 +2,15 @@ import pytest
 import torch
 
 from aic import baselines
-from aic.protocol import matched_budget, removal_arms, removal_curve, validity, value_of
+from aic.protocol import (
+    add_steps,
+    addition_control,
+    matched_budget,
+    removal_arms,
+    removal_curve,
+    validity,
+    value_of,
+)
 
 
 def toy_table(n: int = 300, k_max: int = 6, seed: int = 0):
@@ -92,3 +100,20 @@ def test_ponder_and_act_heads_train_on_frozen_features():
     )
     steps = baselines.ponder_steps(unit(features))
     assert steps[difficulty == 6].float().mean() > steps[difficulty == 1].float().mean() + 2
+
+
+def test_addition_adds_exactly_and_gains_least_where_an_oracle_stopped():
+    """Returns that rise until a per-state depth d(s) and stay flat after it; an allocation that
+    stops exactly at d(s) gains nothing from more steps where it stopped soonest."""
+    generator = torch.Generator().manual_seed(0)
+    depth = torch.randint(1, 7, (200,), generator=generator)
+    k = torch.arange(1, 9)
+    returns = (k[None] >= depth[:, None]).float() * 0.5 + 0.5 * (k[None] / 8)
+    steps = depth.clone()
+    steps[:100] = 1  # half the states stopped too soon
+    out = addition_control(returns, steps, 0.3, n_random=5, seed=0)
+    assert out["added_steps"] == round(0.3 * int(steps.sum()))
+    assert add_steps(steps, 17, torch.arange(200), 8).sum() == steps.sum() + 17
+    with pytest.raises(ValueError, match="only"):
+        add_steps(steps, 10**6, torch.arange(200), 8)
+    assert out["gain_where_aic_stopped_soonest"] > out["gain_random"]

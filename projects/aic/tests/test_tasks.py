@@ -8,15 +8,19 @@ import yaml
 
 from aic.data import AicDataModule, generate
 from aic.tasks import (
+    CHARS,
     STDLIB_FILES,
     TASKS,
     Episode,
     TaskName,
+    encode_text,
     get_task,
+    longest_program,
     make_env,
     read_text_corpus,
     stdlib_corpus,
     synthetic_programs,
+    text_windows,
 )
 from papers_cli import ConfigError, UserError
 from papers_data import DatasetNotFoundError
@@ -38,9 +42,8 @@ def test_every_environment_builds_offline(task):
 
 
 def test_every_task_in_the_configs_is_registered():
-    for plan in ("claim.yaml", "all_tasks.yaml"):
-        for pair in yaml.safe_load((CONFIGS / plan).read_text())["pairs"]:
-            get_task(pair["task"])
+    claim = yaml.safe_load((CONFIGS / "claim.yaml").read_text())["settings"]
+    get_task(claim["task"], claim.get("env_id"))
     for config in ("default.yaml", "paper.yaml"):
         data = yaml.safe_load((CONFIGS / config).read_text()).get("data", {})
         get_task(data.get("task", "lava-crossing"), data.get("env_id"))
@@ -131,3 +134,26 @@ def test_generated_states_are_seeded(name):
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
     assert not np.array_equal(a["obs"], generate(name, 50, 2, 16)["obs"])
+
+
+def test_every_program_fits_the_default_context():
+    """An answer's whole program (back to the separator before it) lies inside a 32-character
+    window, so its depth label describes a question the window can answer."""
+    context = 32
+    assert longest_program() <= context
+    text, labels = synthetic_programs(20_000, seed=5)
+    windows = text_windows(encode_text(text), context, 3000, seed=1, labels=labels)
+    answers = np.flatnonzero(windows["difficulty"] > 0)
+    assert len(answers) > 100 and set(windows["difficulty"][answers]) == {1, 2, 3, 4}
+    for i in answers:
+        window = "".join(CHARS[t] for t in windows["obs"][i])
+        query = window.rindex("?")
+        assert "|" in window[:query] or "#" in window[:query], window
+        start = max(window[:query].rfind("|"), window[:query].rfind("#")) + 1
+        program = window[start:query]
+        assert program.count(";") == windows["difficulty"][i] + 1, window
+
+
+def test_a_context_too_short_for_the_programs_is_refused():
+    with pytest.raises(ConfigError, match="longest synthetic program"):
+        AicDataModule(task="program-lm", context=16)

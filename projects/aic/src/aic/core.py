@@ -18,7 +18,7 @@ and the value of computation (VoC) of refining beyond step k is the gain it buys
 
 with g_{K_max} = G_{K_max} = 0. The halting head regresses the *detached* VoC target,
 
-    L_halt = sum_k Huber(u_k, sg[G_k])                                              (Eq. 5)
+    L_halt = sum_k Huber(u_k, sg[g_k])                                              (Eq. 5)
 
 and inference halts at the first step whose predicted gain no longer pays the price lambda:
 
@@ -28,8 +28,10 @@ Training uses deep supervision so every intermediate readout is a usable policy:
 
     L = 1/K_max sum_k L_policy(pi_k) + c_Q L_critic + beta L_halt                     (Eq. 7)
 
-Compute is counted as the number of refinement steps and as analytic FLOPs (encoder once,
-step + heads per step). ``adaptive_act`` runs Eq. 6 on a compacted batch: halted samples are
+Compute is counted as the number of refinement steps and as analytic FLOPs per decision
+(``flops_per_decision``): the encoder once, the core per step, and only the heads a rule really
+runs (a fixed-K policy reads out once; AIC runs its halting head per step and reads out
+once). ``adaptive_act`` runs Eq. 6 on a compacted batch: halted samples are
 dropped from the batch, so they really skip the remaining steps.
 """
 
@@ -148,7 +150,7 @@ def step_returns(
     raise ValueError(f"unknown return kind {kind!r}; one of {RETURN_KINDS}")
 
 
-def voc_targets(returns: torch.Tensor, horizon: str = "cumulative") -> torch.Tensor:
+def voc_targets(returns: torch.Tensor, horizon: str = "one_step") -> torch.Tensor:
     """Eq. 4: detached value-of-computation targets [B, K] (last step: 0)."""
     returns = returns.detach()
     if horizon == "one_step":
@@ -234,21 +236,56 @@ def adaptive_act(
 
 
 def count_flops(policy: AICPolicy, obs: torch.Tensor) -> dict[str, int]:
-    """Analytic FLOPs of one sample (torch.utils.flop_counter; matmuls and convolutions):
-    the encoder, paid once, and one refinement step with its readout and halting heads."""
+    """Analytic FLOPs of one sample (torch.utils.flop_counter; matmuls and convolutions), per
+    part: the encoder (paid once), one refinement step of the core, the feature map
+    phi(pool(h)), the policy head pi and the halting head u (Eq. 1-2)."""
     obs = obs[:1]
     was_training = policy.training
     policy.train()  # the training path has no fused kernels the counter cannot see
+    parts = {}
     with torch.no_grad():
-        with FlopCounterMode(display=False) as encoder_counter:
+        with FlopCounterMode(display=False) as counter:
             x, focus = policy.encode(obs)
-        with FlopCounterMode(display=False) as step_counter:
+        parts["encoder"] = counter.get_total_flops()
+        with FlopCounterMode(display=False) as counter:
             h = policy.step(x, x)
+        parts["core"] = counter.get_total_flops()
+        with FlopCounterMode(display=False) as counter:
             z = policy.features(h, focus)
+        parts["feature"] = counter.get_total_flops()
+        with FlopCounterMode(display=False) as counter:
             policy.act_head(z)
+        parts["policy"] = counter.get_total_flops()
+        with FlopCounterMode(display=False) as counter:
             policy.halt_head(z, 1)
+        parts["halt"] = counter.get_total_flops()
     policy.train(was_training)
-    return {
-        "encoder": int(encoder_counter.get_total_flops()),
-        "per_step": int(step_counter.get_total_flops()),
-    }
+    return {name: int(value) for name, value in parts.items()}
+
+
+# What a halting rule must compute at every step it runs, besides the core step:
+#   "none":     nothing (fixed K, random halting): one readout at the end;
+#   "halt":     the features and a halting head (AIC, PonderNet, ACT), one readout at the end;
+#   "readout":  the features and the policy readout (confidence exit, exact-value oracle).
+PER_STEP_WORK = ("none", "halt", "readout")
+
+
+def flops_per_decision(
+    flops: dict[str, int], steps: torch.Tensor | float, per_step: str, halt_flops: int | None = None
+) -> torch.Tensor | float:
+    """FLOPs of one decision that ran ``steps`` refinement steps under a halting rule:
+
+        fixed K / random:  encoder + K core + feature + policy                (one readout)
+        halting head:      encoder + K (core + feature + halt) + policy
+        readout each step: encoder + K (core + feature + policy)
+
+    ``halt_flops`` replaces the AIC halting head's cost for another head (PonderNet, ACT)."""
+    halt = flops["halt"] if halt_flops is None else halt_flops
+    once = flops["encoder"]
+    if per_step == "none":
+        return once + steps * flops["core"] + flops["feature"] + flops["policy"]
+    if per_step == "halt":
+        return once + steps * (flops["core"] + flops["feature"] + halt) + flops["policy"]
+    if per_step == "readout":
+        return once + steps * (flops["core"] + flops["feature"] + flops["policy"])
+    raise ValueError(f"unknown per-step work {per_step!r}; one of {PER_STEP_WORK}")

@@ -19,12 +19,14 @@ from aic.tasks import (
     collect_states,
     encode_text,
     get_task,
+    longest_program,
     read_text_corpus,
     stdlib_corpus,
     synthetic_programs,
     text_windows,
 )
-from papers_data import cached_generate
+from papers_cli import ConfigError
+from papers_data import EpochShuffle, cached_generate, drawn_by_trainer
 
 FIELDS = ("obs", "target", "difficulty", "q")
 DATA_FORMAT = 2  # bump when the generators change, so cached arrays are regenerated
@@ -76,6 +78,13 @@ class AicDataModule(LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.task = get_task(task, env_id)
+        if task == "program-lm" and context < longest_program():
+            raise ConfigError(
+                f"data.context={context} is shorter than the longest synthetic program "
+                f"({longest_program()} characters up to its answer): deep answers would be "
+                f"unanswerable from the window and their depth labels meaningless; use "
+                f"--data.context >= {longest_program()} (e.g. 32)"
+            )
 
     def _split(self, n: int, seed: int) -> dict:
         h = self.hparams
@@ -102,16 +111,25 @@ class AicDataModule(LightningDataModule):
         h = self.hparams
         self.train_arrays = self._split(h.n_train, h.seed)
         self.val_arrays = self._split(h.n_val, h.seed + 1000)
+        self.test_arrays = self._split(h.n_val, h.seed + 2000)
         self.train_set = TensorDataset(*as_tensors(self.train_arrays))
         self.val_set = TensorDataset(*as_tensors(self.val_arrays))
+        self.test_set = TensorDataset(*as_tensors(self.test_arrays))
 
     def train_dataloader(self) -> DataLoader:
+        # the order is keyed on the optimizer steps taken, so a resumed run reads the same batches
+        n, batch = len(self.train_set), self.hparams.batch_size
+        drop_last = n >= batch
         return DataLoader(
             self.train_set,
-            batch_size=self.hparams.batch_size,
-            shuffle=True,
+            batch_size=batch,
+            sampler=EpochShuffle(n, self.hparams.seed, drawn_by_trainer(self, n, batch, drop_last)),
             num_workers=self.hparams.num_workers,
+            drop_last=drop_last,
         )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=512, num_workers=self.hparams.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.test_set, batch_size=512, num_workers=self.hparams.num_workers)

@@ -451,7 +451,18 @@ def read_text_corpus(path: str | None) -> str:
     return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 
 
-def synthetic_programs(n_chars: int, seed: int, max_depth: int = 4, noise_len: int = 6):
+PROGRAM_MAX_DEPTH = 4
+
+
+def longest_program(max_depth: int = PROGRAM_MAX_DEPTH) -> int:
+    """Characters from a program's first statement to its answer: depth + 1 statements of
+    four characters (``b=7;``), the query ``?e=`` and the answer digit."""
+    return 4 * (max_depth + 1) + 3 + 1
+
+
+def synthetic_programs(
+    n_chars: int, seed: int, max_depth: int = PROGRAM_MAX_DEPTH, noise_len: int = 6
+):
     """Pointer-chasing programs and noise segments: text and per-character depth labels.
 
     A program such as ``b=7;e=b;a=3;?e=7|`` defines a chain of ``depth`` variables (plus a

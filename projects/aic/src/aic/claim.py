@@ -1,0 +1,423 @@
+"""The claim experiment (`uv run reproduce`), under the protocol of configs/claim.yaml.
+
+Claim (one task, where computation pays): on MiniGrid LavaCrossing with the recurrent conv net,
+AIC keeps at least 95 % of the fixed-compute policy's episode return while spending at most
+75 % of its FLOPs per decision. Every subject runs on every seed (the seed sets the expert data,
+the initialisation and the test episodes):
+
+- ``aic``: the method (halting head trained on the value-of-computation target), price tuned;
+- ``fixed_k``: the fixed counterpart, the same network trained on its K_max-th readout only;
+- ``pondernet``, ``act``, ``confidence_exit``: halting baselines on AIC's backbone, tuned;
+- ``one_step`` (negative control): the AIC network stopping after one step everywhere;
+- ``random_halting`` (negative control): halting at random with AIC's mean steps per decision
+  measured in the same test rollouts;
+- ``oracle_halting`` (positive control): halting on the exact cumulative gain of AIC's readouts
+  under the exact Q*, price tuned like AIC's.
+
+Pre-registered precondition (``settings.precondition``): the pair is judged only if the fixed
+network learns the task (validation success >= ``fixed_min_success``) and computation pays (the
+one-step network's validation return is below ``retain_ratio`` x the fixed network's). Both are
+measured and recorded; a failed precondition is written into the record's headline and notes.
+
+FLOPs are analytic (``core.count_flops`` + ``core.flops_per_decision``): fixed K pays the encoder,
+K core steps and ONE readout; a halting-head rule pays its head at every step it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from lightning.pytorch import Callback  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from aic import baselines  # noqa: E402
+from aic.cli import AicCLI  # noqa: E402
+from aic.core import (  # noqa: E402
+    AICPolicy,
+    count_flops,
+    flops_per_decision,
+    halting_steps,
+    step_returns,
+)
+from aic.data import AicDataModule  # noqa: E402
+from aic.evaluate import compacted_rule, readout_table, rollout, table_rule  # noqa: E402
+from aic.model import AicModule  # noqa: E402
+from aic.protocol import addition_control, removal_curve, validity  # noqa: E402
+from aic.tasks import Task, get_task  # noqa: E402
+from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
+from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
+
+CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+SUBJECTS = (
+    "aic",
+    "fixed_k",
+    "pondernet",
+    "act",
+    "confidence_exit",
+    "one_step",
+    "random_halting",
+    "oracle_halting",
+)
+METRICS = ("episode_return", "flops_per_decision", "mean_steps", "success", "val_score")
+VAL_EPISODES, TEST_EPISODES = 20_000, 30_000  # episode seeds, disjoint from training data
+
+
+class Pair:
+    """AIC and its fixed counterpart trained on one seed, with every halting rule built on the
+    AIC backbone; rollouts are cached by (split, rule, parameter)."""
+
+    def __init__(self, task: Task, seed: int, settings: dict[str, Any]):
+        self.task, self.seed, self.settings = task, seed, settings
+        start = time.perf_counter()
+        snapshot = InitialWeights()
+        cli = fit(task, seed, settings, "aic", callbacks=[snapshot])
+        self.initial = snapshot.state
+        self.aic: AICPolicy = cli.model.policy.eval()
+        self.data: AicDataModule = cli.datamodule
+        self.fixed: AICPolicy = fit(task, seed, settings, "fixed").model.policy.eval()
+        self.train_s = time.perf_counter() - start
+        self.k_max = self.aic.k_max
+        val_obs = torch.from_numpy(self.data.val_arrays["obs"])
+        self.flops = count_flops(self.aic, val_obs)
+        train = self.data.train_arrays
+        n_fit = min(len(train["obs"]), settings["n_fit_states"])
+        table = readout_table(self.aic, torch.from_numpy(train["obs"][:n_fit]))
+        self.features = table["features"]
+        self.step_losses = baselines.per_sample_step_losses(
+            task.action_kind, table["actions"], torch.from_numpy(train["target"][:n_fit])
+        )
+        self.units: dict[tuple, baselines.HaltingUnit] = {}
+        self.cache: dict[tuple, dict] = {}
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def unit(self, kind: str, value: float) -> baselines.HaltingUnit:
+        """A PonderNet / ACT halting unit fitted on AIC's frozen training-state features."""
+        key = (kind, value)
+        if key not in self.units:
+            if kind == "pondernet":
+                loss = lambda lam, losses: baselines.ponder_loss(lam, losses, value)  # noqa: E731
+            else:
+                loss = lambda h, losses: baselines.act_loss(h, losses, value)  # noqa: E731
+            self.units[key] = baselines.fit_halting_unit(
+                self.features, self.step_losses, loss, seed=self.seed
+            )
+        return self.units[key]
+
+    def unit_flops(self, unit: baselines.HaltingUnit) -> int:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            unit(self.features[:1, :1])
+        return int(counter.get_total_flops())
+
+    def rule(self, name: str, value: float | None) -> tuple[Any, str, int | None]:
+        """(act function for rollouts, per-step work, halting-head FLOPs) of a halting rule."""
+        k_max = self.k_max
+        if name == "aic":
+            return compacted_rule(self.aic, value), "halt", None
+        if name == "fixed_k":
+            return table_rule(self.fixed, self.task, lambda t, r: full(r, k_max)), "none", None
+        if name == "fixed_k_of_aic":  # the AIC network's own readout after K steps
+            return table_rule(self.aic, self.task, lambda t, r: full(r, value)), "none", None
+        if name == "one_step":
+            return table_rule(self.aic, self.task, lambda t, r: full(r, 1)), "none", None
+        if name in ("pondernet", "act"):
+            unit = self.unit(name, value)
+            pick = baselines.ponder_steps if name == "pondernet" else baselines.act_steps
+            act = table_rule(self.aic, self.task, lambda t, r: pick(unit(t["features"])))
+            return act, "halt", self.unit_flops(unit)
+        if name == "confidence_exit":
+            choose = lambda t, r: baselines.confidence_steps(  # noqa: E731
+                t["actions"], self.task.action_kind, value
+            )
+            return table_rule(self.aic, self.task, choose), "readout", None
+        if name == "oracle_halting":
+            choose = lambda t, r: baselines.oracle_steps(r, value)  # noqa: E731
+            return table_rule(self.aic, self.task, choose), "readout", None
+        if name == "random_halting":
+            choose = lambda t, r: baselines.random_steps(  # noqa: E731
+                len(r), k_max, value, self.generator
+            )
+            return table_rule(self.aic, self.task, choose), "none", None
+        raise ValueError(f"unknown halting rule {name!r}")
+
+    def run(self, split: str, name: str, value: float | None = None) -> dict[str, Any]:
+        """Roll the rule out on the split's episodes; per-episode return, steps and FLOPs."""
+        key = (split, name, value)
+        if key not in self.cache:
+            act, per_step, halt_flops = self.rule(name, value)
+            n = self.settings["episodes"]
+            first = VAL_EPISODES if split == "val" else TEST_EPISODES + 1000 * self.seed
+            roll = rollout(self.task, act, n, first)
+            steps = roll["episode_mean_steps"]
+            flops = flops_per_decision(self.flops, steps, per_step, halt_flops)
+            self.cache[key] = {
+                "episode_return": roll["episode_returns"],
+                "success": roll["episode_success"],
+                "mean_steps": steps,
+                "flops_per_decision": np.asarray(flops, dtype=float),
+                "decision_mean_steps": roll["mean_steps"],
+            }
+        return self.cache[key]
+
+    def fixed_flops(self) -> float:
+        return float(flops_per_decision(self.flops, self.k_max, "none"))
+
+    def score(self, row: dict[str, Any]) -> float:
+        """Validation score: return minus ``compute_weight`` x FLOPs relative to fixed K_max."""
+        weight = self.settings["compute_weight"]
+        relative = row["flops_per_decision"].mean() / self.fixed_flops()
+        return float(row["episode_return"].mean() - weight * relative)
+
+    def moved(self) -> float:
+        """||theta - theta_0|| / ||theta_0|| of the AIC network: how far training moved it."""
+        before = torch.cat([v.flatten().float() for v in self.initial.values()])
+        after = torch.cat([v.flatten().float() for v in self.aic.state_dict().values()])
+        return float((after - before).norm() / before.norm())
+
+
+def full(returns: torch.Tensor, k: float) -> torch.Tensor:
+    return baselines.fixed_steps(len(returns), int(k))
+
+
+class InitialWeights(Callback):
+    """Keeps the policy's parameters as they were before the first optimizer step."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.state = {k: v.detach().clone() for k, v in pl_module.policy.state_dict().items()}
+
+
+def fit(task: Task, seed: int, settings: dict[str, Any], mode: str, callbacks=()):
+    """One run of the real CLI (no logger, no checkpoints)."""
+    overrides = [
+        f"--data.task={task.name}",
+        f"--data.seed={seed}",
+        f"--model.mode={mode}",
+        *[f"--{key}={value}" for key, value in settings["budget"].items()],
+    ]
+    if settings.get("env_id"):
+        overrides.append(f"--data.env_id={settings['env_id']}")
+    return quiet_fit(
+        AicModule,
+        AicDataModule,
+        project_file=__file__,
+        seed=seed,
+        overrides=overrides,
+        cli_class=AicCLI,
+        callbacks=callbacks,
+    )
+
+
+KNOB = {
+    "aic": "price",
+    "pondernet": "prior",
+    "act": "tau",
+    "confidence_exit": "threshold",
+    "oracle_halting": "price",
+}
+
+
+def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
+    """Tune on validation episodes, run every subject on every seed, judge, write results/."""
+    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    args = parser.parse_args(argv)
+    seeds = args.seeds or (None if not args.quick else [args.seed])
+    spec = load_claim_spec(
+        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=seeds
+    )
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    settings = dict(spec.settings)
+    task = get_task(settings["task"], settings.get("env_id"))
+    pairs: dict[int, Pair] = {}
+
+    def pair(seed: int) -> Pair:
+        if seed not in pairs:
+            pairs[seed] = Pair(task, seed, settings)
+            print(f"[aic] seed {seed}: trained in {pairs[seed].train_s:.0f} s", flush=True)
+        return pairs[seed]
+
+    def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
+        return pair(seed).score(pair(seed).run("val", subject, params[KNOB[subject]]))
+
+    tuning = tune(spec, validation_score)
+    chosen = {s: tuning.best[s].get(KNOB.get(s, ""), None) for s in SUBJECTS}
+    random_means: dict[int, float] = {}
+
+    def run_one(subject: str, seed: int) -> dict[str, Any]:
+        p = pair(seed)
+        if subject == "random_halting":  # AIC's mean steps per decision in the same rollouts
+            random_means[seed] = p.run("test", "aic", chosen["aic"])["decision_mean_steps"]
+            row = p.run("test", subject, random_means[seed])
+            val_mean = p.run("val", "aic", chosen["aic"])["decision_mean_steps"]
+            val = p.run("val", subject, val_mean)
+        else:
+            row = p.run("test", subject, chosen[subject])
+            val = p.run("val", subject, chosen[subject])
+        return {
+            "episode_return": row["episode_return"],
+            "flops_per_decision": row["flops_per_decision"],
+            "mean_steps": row["mean_steps"],
+            "success": row["success"],
+            "val_score": p.score(val),
+        }
+
+    results = run_seeds(spec, run_one)
+    judgement = judge(spec, results)
+    frontier = {seed: frontier_rows(p) for seed, p in pairs.items()}
+    precondition = check_precondition(pairs, settings)
+    evidence = gather_evidence(pairs, chosen, random_means, settings)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_frontier(out / "frontier.png", frontier)
+    pre_text = (
+        "precondition met"
+        if precondition["met"]
+        else "PRECONDITION FAILED (the pair should not be judged)"
+    )
+    notes = [
+        f"Task {task.env_id}, architecture {settings['budget']['model.architecture']}, "
+        f"K_max {pairs[spec.seeds[0]].k_max}; {settings['episodes']} test episodes per seed and "
+        "subject (episode seeds disjoint from training and validation).",
+        f"Pre-registered precondition: {pre_text}: {precondition['text']}.",
+        "Units: episode_return is MiniGrid's episode return (1 - 0.9 steps/max_steps on success, "
+        "0 otherwise); flops_per_decision is analytic FLOPs per environment decision; "
+        "mean_steps is refinement steps per decision, averaged within each episode.",
+        "FLOPs: fixed K = encoder + K core + one readout; AIC / PonderNet / ACT = encoder + K "
+        "(core + feature + halting head) + one readout; confidence exit and the oracle read out "
+        "at every step.",
+        "frontier.png: mean return vs mean FLOPs per decision over every rule's parameter sweep "
+        "(test episodes, mean over seeds); the numbers are in evidence.frontier.",
+    ]
+    write_claim(
+        out,
+        project="aic",
+        spec=spec,
+        results=results,
+        judgement=judgement,
+        config={"settings": settings, "quick": args.quick, "chosen": chosen},
+        wall_time_s=time.perf_counter() - start,
+        tuning=tuning,
+        evidence={**evidence, "precondition": precondition, "frontier": frontier},
+        headline=f"{pre_text}; AIC at price {chosen['aic']}",
+        notes=" ".join(notes),
+        figures=["frontier.png"],
+    )
+    return {"verdict": judgement.verdict, "results": results, "precondition": precondition}
+
+
+def check_precondition(pairs: dict[int, Pair], settings: dict[str, Any]) -> dict[str, Any]:
+    """Validation episodes: the fixed network learns the task and one step does not suffice."""
+    rule = settings["precondition"]
+    fixed_success = float(
+        np.mean([p.run("val", "fixed_k")["success"].mean() for p in pairs.values()])
+    )
+    fixed_return = float(
+        np.mean([p.run("val", "fixed_k")["episode_return"].mean() for p in pairs.values()])
+    )
+    one_step = float(
+        np.mean([p.run("val", "one_step")["episode_return"].mean() for p in pairs.values()])
+    )
+    learns = fixed_success >= rule["fixed_min_success"]
+    pays = one_step < rule["retain_ratio"] * fixed_return
+    return {
+        "met": bool(learns and pays),
+        "fixed_val_success": fixed_success,
+        "fixed_val_return": fixed_return,
+        "one_step_val_return": one_step,
+        "text": (
+            f"fixed network validation success {fixed_success:.3f} "
+            f"({'>=' if learns else '<'} {rule['fixed_min_success']}); one-step validation "
+            f"return {one_step:.3f} {'<' if pays else '>='} {rule['retain_ratio']} x fixed "
+            f"{fixed_return:.3f}"
+        ),
+    }
+
+
+def frontier_rows(p: Pair) -> dict[str, list[dict[str, float]]]:
+    """Return and FLOPs on the test episodes over each rule's parameter sweep."""
+    sweep = p.settings["frontier"]
+    rows: dict[str, list[dict[str, float]]] = {}
+    plan = {
+        "aic": sweep["price"],
+        "fixed_k_of_aic": list(range(1, p.k_max + 1)),
+        "fixed_k": [None],
+        "pondernet": sweep["prior"],
+        "act": sweep["tau"],
+        "confidence_exit": sweep["threshold"],
+        "random_halting": sweep["random_mean_steps"],
+        "oracle_halting": sweep["price"],
+    }
+    for name, values in plan.items():
+        rows[name] = []
+        for value in values:
+            row = p.run("test", name, value)
+            rows[name].append(
+                {
+                    "param": value,
+                    "return": float(row["episode_return"].mean()),
+                    "flops": float(row["flops_per_decision"].mean()),
+                    "mean_steps": float(row["decision_mean_steps"]),
+                }
+            )
+    return rows
+
+
+def gather_evidence(pairs, chosen, random_means, settings) -> dict[str, Any]:
+    """What the learned parts do: how far training moved AIC, how its steps spread over
+    decisions, and the offline removal protocol (targeted, random, reverse) on validation
+    states with exact Q*."""
+    evidence: dict[str, Any] = {"relative_parameter_change_of_aic": {}, "flops_parts": {}}
+    evidence["random_halting_target_mean_steps"] = random_means
+    evidence["train_seconds"] = {s: p.train_s for s, p in pairs.items()}
+    removal, valid, added = {}, {}, {}
+    for seed, p in pairs.items():
+        evidence["relative_parameter_change_of_aic"][seed] = p.moved()
+        evidence["flops_parts"][seed] = p.flops
+        val = p.data.val_arrays
+        table = readout_table(p.aic, torch.from_numpy(val["obs"]))
+        returns = step_returns("q", table["actions"], None, torch.from_numpy(val["q"]))
+        steps = halting_steps(table["halt"], chosen["aic"])
+        evidence.setdefault("steps_histogram", {})[seed] = np.bincount(
+            steps.numpy(), minlength=p.k_max + 1
+        )[1:].tolist()
+        removal[seed] = removal_curve(
+            returns, steps, settings["removal_fractions"], settings["n_random"], seed
+        )
+        valid[seed] = validity(steps, torch.from_numpy(val["difficulty"]), returns, seed)
+        added[seed] = addition_control(returns, steps, 0.3, settings["n_random"], seed)
+    evidence["removal_offline"] = removal
+    evidence["addition_offline"] = added
+    evidence["validity_offline"] = valid
+    return evidence
+
+
+def plot_frontier(path: Path, frontier: dict[int, dict[str, list[dict]]]) -> None:
+    """Mean return vs mean FLOPs per decision (over seeds) for every rule's sweep."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    names = next(iter(frontier.values())).keys()
+    for name in names:
+        per_seed = [rows[name] for rows in frontier.values()]
+        flops = np.mean([[r["flops"] for r in rows] for rows in per_seed], 0)
+        returns = np.mean([[r["return"] for r in rows] for rows in per_seed], 0)
+        order = np.argsort(flops)
+        marker = "*" if name == "fixed_k" else "o"
+        ax.plot(flops[order] / 1e6, returns[order], marker=marker, markersize=4, label=name)
+    ax.set(xlabel="MFLOPs per decision", ylabel="episode return (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def reproduce() -> None:
+    """Console entry point of `uv run reproduce`."""
+    torch.set_num_threads(1)
+    run_claim_experiment()
