@@ -35,7 +35,7 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from repo_helpers import PROJECTS, needs_projects
 
 FREE_TEXT = re.compile(
-    r"^(root|files|pretrained|checkpoint|name)$|(^|_)variables$|_(path|file|dir|id)$"
+    r"^(root|files|pretrained|name)$|(^|_)(variables|checkpoint)$|_(path|file|dir|id)$"
 )
 UNBOUNDED = {
     "AsyncDiffusionModule.schedule_init": "raw log-increment the learned schedule starts from",
