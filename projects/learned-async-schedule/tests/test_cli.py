@@ -103,7 +103,7 @@ def test_resuming_after_the_probe_keeps_f_star_and_the_trained_network(tiny_args
     path = first.trainer.checkpoint_callback.last_model_path or (
         first.trainer.checkpoint_callback.best_model_path
     )
-    state = torch.load(path, weights_only=False)["las_probe"]
+    state = torch.load(path, weights_only=True)["las_probe"]
     assert state["probing"] is False and state["initial_network"] is None
     assert len(state["curves"]) == 3 and state["report"] == first.model.probe_report
     trained = {k: v.clone() for k, v in first.model.network.state_dict().items()}
@@ -142,7 +142,7 @@ def test_resume_continues_exactly_across_the_probe(tiny_args, tmp_path, probe_st
         "--model.schedule_init=-1",
     ]
     check_resume(train, args, steps=16, root_dir=tmp_path)  # parameters, optimizer, f_half
-    saved = torch.load(next((tmp_path / "half").rglob("*.ckpt")), weights_only=False)
+    saved = torch.load(next((tmp_path / "half").rglob("*.ckpt")), weights_only=True)
     state = saved["las_probe"]
     assert state["probing"] == (probe_steps > 8) and len(state["curves"]) == min(probe_steps, 8)
     assert (state["initial_network"] is None) == (probe_steps <= 8)  # nothing left to reset to
