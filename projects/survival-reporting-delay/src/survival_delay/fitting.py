@@ -142,11 +142,11 @@ def fit_direct(
     return lbfgs_maximize(objective, start, free, reduce=reduce)
 
 
-def _flatten(blocks: Blocks, free: tuple[str, ...]) -> torch.Tensor:
+def flatten_blocks(blocks: Blocks, free: tuple[str, ...]) -> torch.Tensor:
     return torch.cat([blocks[k].reshape(-1) for k in free]).detach()
 
 
-def _unflatten(vector: torch.Tensor, blocks: Blocks, free: tuple[str, ...]) -> Blocks:
+def unflatten_blocks(vector: torch.Tensor, blocks: Blocks, free: tuple[str, ...]) -> Blocks:
     out, offset = dict(blocks), 0
     for k in free:
         n = blocks[k].numel()
@@ -167,10 +167,10 @@ def sandwich_covariance(
     expectation and V is the inverse information; under misspecification V stays valid for
     the pseudo-true parameter. Per-subject scores come from forward-mode AD ([N, P], P passes).
     """
-    flat = _flatten(blocks, free)
+    flat = flatten_blocks(blocks, free)
 
     def per_subject(vector: torch.Tensor) -> torch.Tensor:
-        b = _unflatten(vector, blocks, free)
+        b = unflatten_blocks(vector, blocks, free)
         return model.loglik(b["theta"], b["phi"], cohort, b["gamma"], per_subject=True)
 
     scores = torch.autograd.functional.jacobian(
@@ -189,8 +189,8 @@ def delta_method_se(
 ) -> float:
     """Standard error of a scalar ``function(blocks)`` (e.g. a mean timely risk) from the
     covariance of the flattened ``free`` blocks: sqrt(g' V g), g its gradient."""
-    flat = _flatten(blocks, free).requires_grad_()
-    value = function(_unflatten(flat, blocks, free))
+    flat = flatten_blocks(blocks, free).requires_grad_()
+    value = function(unflatten_blocks(flat, blocks, free))
     (grad,) = torch.autograd.grad(value, flat)
     return float((grad @ covariance @ grad).clamp_min(0).sqrt())
 
