@@ -77,11 +77,47 @@ def test_isotonic_matches_a_generic_qp_on_small_cases(seed):
     )
 
 
+def test_all_pair_edges_are_the_strict_dominance_pairs():
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    edges = {tuple(e) for e in all_pair_edges(x).tolist()}
+    assert edges == {(0, 1), (0, 2), (0, 3), (1, 3), (2, 3)}  # no (i, i), no incomparable pair
+
+
+def test_monotone_network_by_hand():
+    """Forward pass against a hand computation: softplus weights, tanh between layers and a
+    linear output (values outside [-1, 1]), one output per row."""
+    net = MonotoneNetwork(2, hidden=2, layers=1)
+    w1, b1 = torch.tensor([[1.0, 2.0], [0.5, 0.25]]), torch.tensor([0.1, -0.2])
+    w2, b2 = torch.tensor([[3.0, 4.0]]), torch.tensor([1.5])
+    with torch.no_grad():
+        for raw, bias, w, b in zip(net.raw_weights, net.biases, (w1, w2), (b1, b2), strict=True):
+            raw.copy_(torch.log(torch.expm1(w)))  # softplus(raw) = w
+            bias.copy_(b)
+    x = torch.tensor([[0.3, -0.4], [1.0, 2.0], [-1.0, 0.5]])
+    expected = torch.tanh(x @ w1.T + b1) @ w2.T + b2
+    out = net(x)
+    assert out.shape == (3,)
+    torch.testing.assert_close(out, expected.squeeze(-1))
+
+
 def test_reduced_edges_of_a_chain_by_hand():
     x = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [2.0, 0.0]])
     edges = {tuple(e) for e in reduced_edges(x).tolist()}
     # 0 <= 1 <= 2 and 0 <= 3 <= 2; (0, 2) is implied by transitivity; 1 and 3 are incomparable
     assert edges == {(0, 1), (1, 2), (0, 3), (3, 2)}
+    # the middle of a chain is row 0, and it is found in every blocking
+    chain = np.array([[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
+    for block in (1, 2, 3):
+        assert {tuple(e) for e in reduced_edges(chain, block).tolist()} == {(1, 0), (0, 2)}
+    empty = reduced_edges(np.zeros((0, 2)))
+    assert empty.shape == (0, 2) and empty.dtype.kind == "i"
+
+
+def test_isotonic_qp_pools_a_single_violated_pair_by_hand():
+    """One edge theta_0 <= theta_1 against y = (2, 1) with weights (1, 3): the weighted mean."""
+    theta = isotonic_qp(np.array([2.0, 1.0]), np.array([1.0, 3.0]), np.array([[0, 1]]))
+    np.testing.assert_allclose(theta, [1.25, 1.25], atol=1e-6)
+    assert theta[0] <= theta[1]
 
 
 def test_reduced_edges_give_the_all_pairs_fit_and_blocking_changes_nothing():
@@ -163,20 +199,46 @@ def test_cross_fitted_losses_are_held_out_losses_by_hand():
 
 
 def test_aggregation_weights_by_hand():
-    weights = aggregation_weights({"linear": 1.0, "isotonic": 1.1}, n=10, rule="aggregate", beta=2)
-    ratio = np.exp(-10 * 0.1 / 2.0)  # Eq. 6
+    weights = aggregation_weights({"linear": 0.5, "isotonic": 0.6}, n=10, rule="aggregate", beta=2)
+    ratio = np.exp(-10 * 0.1 / (2.0 * 0.5))  # Eq. 6: the scale is beta times the best loss
     assert weights["isotonic"] == pytest.approx(ratio / (1 + ratio))
+    assert weights["linear"] == pytest.approx(1 / (1 + ratio))
     assert aggregation_weights({"a": 2.0, "b": 1.0}, 10, "select", 1.0) == {"a": 0.0, "b": 1.0}
+
+
+def test_aggregation_weights_stay_finite_at_large_n():
+    """Eq. 6 is computed relative to the best loss, so a large n does not underflow both."""
+    weights = aggregation_weights({"linear": 0.5, "isotonic": 0.5001}, 10_000, "aggregate", 1.0)
+    assert weights["isotonic"] / weights["linear"] == pytest.approx(np.exp(-2.0))
 
 
 def test_fewer_rows_than_folds_is_an_error():
     with pytest.raises(ValueError, match="folds"):
         CrossFitRobust(folds=5).fit(np.zeros((3, 2)), np.zeros(3))
+    assert sorted(fold_ids(5, 5, 0)) == [0, 1, 2, 3, 4]  # as many rows as folds is fine
+
+
+def test_cross_fitting_is_seeded_and_the_default_rule_selects():
+    x, y = random_problem(60, 2, seed=3)
+    first, second = CrossFitRobust().fit(x, y), CrossFitRobust().fit(x, y)
+    assert first.cv_losses_ == second.cv_losses_
+    assert CrossFitRobust(seed=1).fit(x, y).cv_losses_ != first.cv_losses_
+    assert sorted(first.weights_.values()) == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("make", [NonNegativeLinear, IsotonicRegressor, CrossFitRobust])
+def test_saved_state_restores_the_same_predictions(make):
+    x, y = random_problem(80, 2, seed=5)
+    fitted = make().fit(x, y)
+    restored = make().set_state(fitted.get_state())
+    queries = np.random.default_rng(6).uniform(-0.2, 1.2, size=(50, 2))
+    np.testing.assert_array_equal(restored.predict(queries), fitted.predict(queries))
 
 
 def test_directions_flip_and_reject_other_values():
     x = np.array([[1.0, 2.0], [3.0, 4.0]])
     np.testing.assert_array_equal(apply_directions(x, [1, -1]), [[1.0, -2.0], [3.0, -4.0]])
+    assert apply_directions(np.array([[1, 2]]), [1, -1]).dtype == np.float64  # grades as ints
     for bad in ([1, 0], [1, 0.5], [1, 2]):
         with pytest.raises(ValueError, match="directions"):
             apply_directions(x, bad)
@@ -199,13 +261,55 @@ def test_downstream_metrics_by_hand():
     assert top_k_precision(truth, truth, 0.2) == 1.0
     assert top_k_precision(-truth, truth, 0.2) == 0.0
     assert top_k_precision(np.r_[truth[:8], 0, 9], truth, 0.2) == 0.5
+    # the default admits the best 10%: 2 of 20 here, 1 of 5 (at least one)
+    twenty = np.arange(20.0)
+    assert top_k_precision(np.r_[twenty[:18], 0, 19], twenty) == 0.5
+    assert top_k_precision(np.array([0.0, 1, 3, 2, 4]), np.arange(5.0)) == 1.0
+    # ties go to the lower index (a stable sort), in the prediction and in the truth
+    tied = np.random.default_rng(3).integers(0, 3, 40).astype(float)  # top 4 by index: 0 5 6 16
+    first = np.zeros(40)
+    first[[0, 5, 6, 16]] = 1.0
+    assert top_k_precision(tied, first) == 1.0
+    assert top_k_precision(first, tied) == 1.0
     np.testing.assert_allclose(
-        excess_error(np.array([1.0, 3.0]), np.array([0.0, 0.0]), 2.0), [0.5, 4.5]
+        excess_error(np.array([1.0, 3.0]), np.array([2.0, 0.0]), 2.0), [0.5, 4.5]
     )
     true = np.array([[1.0, 0.1], [0.2, 1.0]])
     assert sign_accuracy(np.array([[1.0, -0.1], [1.0, -0.1]]), true) == 0.5
     assert advice_agreement(np.array([[2.0, 1.0], [2.0, 1.0]]), true) == 0.5
     assert advice_agreement(np.array([[1.0, 1.0], [0.0, 1.0]]), true) == 0.5  # a tie disagrees
+
+
+def test_sign_accuracy_and_advice_by_hand_with_three_criteria():
+    true = np.array([[1.0, -1.0, 0.5], [2.0, -1.0, 0.1]])  # mean effects +, -, +; best: 0, 0
+    assert sign_accuracy(np.array([[1.0, 1.0, -1.0], [1.0, 1.0, -1.0]]), true) == pytest.approx(
+        1 / 3
+    )
+    estimated = np.array([[3.0, 1.0, 0.0], [0.0, 1.0, 5.0]])  # row maxima differ: 3 and 5
+    assert advice_agreement(estimated, true) == 0.5
+    assert advice_agreement(np.array([[3.0, 3.0, 0.0], [9.0, 1.0, 1.0]]), true) == 0.5
+
+
+def test_violation_rate_counts_only_drops_beyond_the_tolerance():
+    x = np.zeros((4, 2))
+    assert violation_rate(lambda z: np.zeros(len(z)), x, x) == 0.0  # flat is monotone
+    assert violation_rate(lambda z: z[:, 0], x + 5e-10, x, tol=1e-9) == 0.0
+    assert violation_rate(lambda z: z[:, 0], x + 2e-9, x, tol=1e-9) == 1.0
+
+
+def test_ordered_pairs_step_up_by_a_share_of_each_criterion_spread():
+    rng = np.random.default_rng(0)
+    x = np.column_stack([rng.normal(size=400), 100.0 * rng.normal(size=400)])
+    low, high = ordered_pairs(x, 20_000, np.random.default_rng(1))
+    step = high - low
+    expected = 0.3 * x.std(0) * np.sqrt(2 / np.pi)  # E|N(0, 1)| = sqrt(2 / pi)
+    np.testing.assert_allclose(step.mean(0), expected, rtol=0.03)
+    assert np.corrcoef(step[:, 0], step[:, 1])[0, 1] == pytest.approx(0.0, abs=0.03)
+    base_rows = {tuple(r) for r in low[:2000].tolist()}
+    assert tuple(x[0]) in base_rows and len(base_rows) > 390  # every row can be a base point
+    tiny = np.array([[0.0], [1e-3]])
+    _, up = ordered_pairs(tiny, 2000, np.random.default_rng(2))
+    assert up.max() < 0.01  # the step follows the spread even when it is small
 
 
 def test_criterion_effects_and_violation_rate():

@@ -179,10 +179,6 @@ class IsotonicRegressor:
         self.theta_ = isotonic_qp(means, counts, self.edges_, self.tol)
         return self
 
-    def fitted_at_training_points(self, x: np.ndarray) -> np.ndarray:
-        """theta for each training row (tied rows share their pooled value)."""
-        return self.predict(x)
-
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Eq. 5: midpoint of the clipped lower and upper envelopes, computed in row blocks."""
         x = np.asarray(x, float)
