@@ -233,6 +233,8 @@ def test_saved_state_restores_the_same_predictions(make):
     restored = make().set_state(fitted.get_state())
     queries = np.random.default_rng(6).uniform(-0.2, 1.2, size=(50, 2))
     np.testing.assert_array_equal(restored.predict(queries), fitted.predict(queries))
+    if make is CrossFitRobust:
+        assert restored.cv_losses_ == fitted.cv_losses_ and restored.chosen_ == fitted.chosen_
 
 
 def test_directions_flip_and_reject_other_values():
@@ -295,6 +297,7 @@ def test_violation_rate_counts_only_drops_beyond_the_tolerance():
     assert violation_rate(lambda z: np.zeros(len(z)), x, x) == 0.0  # flat is monotone
     assert violation_rate(lambda z: z[:, 0], x + 5e-10, x, tol=1e-9) == 0.0
     assert violation_rate(lambda z: z[:, 0], x + 2e-9, x, tol=1e-9) == 1.0
+    assert violation_rate(lambda z: z[:, 0], x + 0.5, x, tol=0.5) == 0.0  # a drop of exactly tol
 
 
 def test_ordered_pairs_step_up_by_a_share_of_each_criterion_spread():
