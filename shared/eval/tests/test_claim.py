@@ -315,9 +315,11 @@ def test_write_claim_round_trips_and_renders_every_part(tmp_path):
         config={"lr": 0.1},
         wall_time_s=1.0,
         evidence={"weights_moved": 0.3},
+        notes=["first note", "second note"],
     )
     record = load_claim(path)
     assert set(CLAIM_FIELDS) <= set(record)
+    assert record["notes"] == "- first note\n- second note"
     assert record["verdict"] == "held" and record["seeds"] == [0, 1, 2]
     assert len(record["metrics"]["method"]["error"]["per_seed"]) == 3
     assert {c["name"]: c["behaved"] for c in record["controls"]} == {
@@ -332,6 +334,7 @@ def test_write_claim_round_trips_and_renders_every_part(tmp_path):
     for text in ("**Verdict: held.**", "| beats_baseline | error below baseline |", "broken"):
         assert text in md
     assert "weights_moved" in md
+    assert "## Notes\n\n- first note\n- second note" in md
 
 
 def test_load_claim_refuses_a_schema_1_record_naming_the_change(tmp_path):

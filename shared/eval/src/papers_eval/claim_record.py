@@ -76,7 +76,7 @@ def write_claim(
     tuning: TuningResult | None = None,
     evidence: Mapping[str, Any] | None = None,
     headline: str = "",
-    notes: str = "",
+    notes: str | Sequence[str] = "",
     figures: Sequence[str] = (),
     n_resamples: int = 2000,
 ) -> Path:
@@ -85,8 +85,11 @@ def write_claim(
     ``results``: subject -> metric -> per-seed values (every metric the run measured; the table
     shows them all). ``evidence``: what the learned parts did (how far a learned component
     moved, how much it changes its input). ``headline``: one line for the root table (default:
-    the method's checked metrics against their bars). ``figures``: file names beside the record.
+    the method's checked metrics against their bars). ``notes``: a paragraph, or a list of
+    notes written as one bullet each. ``figures``: file names beside the record.
     """
+    if not isinstance(notes, str):
+        notes = "\n".join(f"- {note}" for note in notes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metrics = summarise(spec, results, n_resamples=n_resamples)
