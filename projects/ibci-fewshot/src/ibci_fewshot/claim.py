@@ -57,7 +57,7 @@ SUBJECTS = (
     "within_session_oracle",
 )
 SWEPT = ("meta_alignment", "session_layers", "gradient_alignment")
-METRICS = ("test_wer", "test_cer", "test_wer_lexicon", "val_wer", "test_wer_10", "test_wer_30")
+METRICS = ("test_wer", "test_cer", "test_wer_lexicon", "test_wer_5", "test_wer_10", "test_wer_30")
 PAPER_WER = 0.0741  # the paper's FALCON H2 number: real data, not comparable
 
 
@@ -214,7 +214,6 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             "test_wer": wer,
             "test_cer": cer,
             "test_wer_lexicon": wer_lexicon,
-            "val_wer": validation_score(subject, params, seed),
         }
         if subject in SWEPT:
             sweep[subject].setdefault(settings["n_calibration"], []).append(float(wer.mean()))

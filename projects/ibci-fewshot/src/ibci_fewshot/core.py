@@ -241,8 +241,8 @@ def relative_input_change(x: torch.Tensor, phi: Mapping[str, torch.Tensor], form
 
 def parameter_distance(phi: Mapping[str, torch.Tensor], start: Mapping[str, torch.Tensor]):
     """||phi - start|| / ||start|| over all tensors (how far adaptation moved from its start)."""
-    diff = sum(((phi[k] - start[k]) ** 2).sum() for k in phi)
-    norm = sum((start[k] ** 2).sum() for k in start)
+    diff = sum(float(((phi[k] - start[k]).detach() ** 2).sum()) for k in phi)
+    norm = sum(float((start[k].detach() ** 2).sum()) for k in start)
     return math.sqrt(float(diff) / max(float(norm), 1e-12))
 
 

@@ -163,7 +163,7 @@ class IbciModule(LightningModule):
                 with torch.no_grad():
                     for k, v in self.session_layers.mean_layer().items():
                         self.phi0[k].copy_(v)
-        losses, moved = [], []
+        losses, moved, unadapted = [], [], []
         for episode in episodes:
             drift = core.random_drift(
                 h.channels, h.episode_gain_sd, h.episode_offset_sd, h.episode_mix_sd
@@ -182,10 +182,20 @@ class IbciModule(LightningModule):
                 h.inner_steps,
                 first_order=h.meta_order == "first",
             )
+            with torch.no_grad():  # the query loss before adaptation, for comparison
+                log_probs, lengths = self.decoder(
+                    core.apply_alignment(query["x"], self.start_params(), self.form),
+                    query["lengths"],
+                )
+                unadapted.append(
+                    core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"])
+                )
             losses.append(query_loss)
             moved.append(core.parameter_distance(adapted, self.start_params()))
         loss = torch.stack(losses).mean()
         self.log("train/meta_query_ctc", loss, prog_bar=True)
+        # the same key as stage 1 (a resumed run's logged keys match the uninterrupted run's)
+        self.log("train/ctc", torch.stack(unadapted).mean(), prog_bar=True)
         self.log("train/inner_distance", float(sum(moved) / len(moved)))
         self.log("train/inner_lr_mean", torch.exp(torch.stack(list(self.log_step.values()))).mean())
         return loss
