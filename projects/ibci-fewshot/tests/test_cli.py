@@ -51,7 +51,10 @@ def test_stage_one_trains_the_backbone_and_not_the_meta_state(tiny_args):
 def test_short_stage_one_lowers_the_training_loss(tiny_args):
     first = train([*tiny_args, "--model.stage1_steps=40", "--trainer.max_steps=1"])
     later = train([*tiny_args, "--model.stage1_steps=40", "--trainer.max_steps=30"])
-    assert later.trainer.callback_metrics["train/ctc"] < 0.8 * first.trainer.callback_metrics["train/ctc"]
+    assert (
+        later.trainer.callback_metrics["train/ctc"]
+        < 0.8 * first.trainer.callback_metrics["train/ctc"]
+    )
 
 
 def test_resuming_continues_exactly_across_the_stage_switch(tiny_args, tmp_path):
@@ -60,7 +63,9 @@ def test_resuming_continues_exactly_across_the_stage_switch(tiny_args, tmp_path)
     check_resume(train, tiny_args, steps=4, root_dir=tmp_path / "resume")
     checkpoint = next((tmp_path / "resume" / "half").rglob("*.ckpt"))
     state = torch.load(checkpoint, weights_only=True)["state_dict"]
-    assert any(k.startswith("phi0.") for k in state) and any(k.startswith("log_step.") for k in state)
+    assert any(k.startswith("phi0.") for k in state) and any(
+        k.startswith("log_step.") for k in state
+    )
 
 
 def test_test_subcommand_adapts_and_scores_held_out_sessions_from_a_checkpoint(tiny_args):

@@ -41,7 +41,11 @@ def test_pure_ctc_matches_torch_in_value_and_gradient():
 
 def test_pure_ctc_has_a_second_derivative_and_torch_has_none():
     small = torch.randn(5, 2, 4, dtype=torch.float64, requires_grad=True)
-    targets, lengths, label_lengths = torch.tensor([[1, 1], [2, 3]]), torch.tensor([5, 4]), torch.tensor([2, 2])
+    targets, lengths, label_lengths = (
+        torch.tensor([[1, 1], [2, 3]]),
+        torch.tensor([5, 4]),
+        torch.tensor([2, 2]),
+    )
     assert torch.autograd.gradgradcheck(
         lambda z: core.ctc_loss_pure(z.log_softmax(-1), targets, lengths, label_lengths).sum(),
         (small,),
@@ -56,7 +60,9 @@ def test_pure_ctc_has_a_second_derivative_and_torch_has_none():
 def test_pure_ctc_by_hand_on_two_steps():
     """T = 2, label 'a': paths a-a, a-blank, blank-a: p = pa1 pa2 + pa1 pb2 + pb1 pa2."""
     probs = torch.tensor([[[0.6, 0.4]], [[0.3, 0.7]]], dtype=torch.float64)  # [T, B, K]
-    loss = core.ctc_loss_pure(probs.log(), torch.tensor([[1]]), torch.tensor([2]), torch.tensor([1]))
+    loss = core.ctc_loss_pure(
+        probs.log(), torch.tensor([[1]]), torch.tensor([2]), torch.tensor([1])
+    )
     assert loss.item() == pytest.approx(-math.log(0.4 * 0.7 + 0.4 * 0.3 + 0.6 * 0.7))
 
 
@@ -70,7 +76,9 @@ def test_mean_reduction_divides_by_label_length_like_torch():
 
 def tiny_decoder():
     torch.manual_seed(1)
-    return core.GRUDecoder(channels=3, projection=2, hidden=3, layers=1, kernel=2, stride=1).double()
+    return core.GRUDecoder(
+        channels=3, projection=2, hidden=3, layers=1, kernel=2, stride=1
+    ).double()
 
 
 def tiny_batch(seed):
@@ -106,12 +114,16 @@ def test_first_order_meta_gradient_ignores_the_inner_hessian():
     support, query = tiny_batch(0), tiny_batch(1)
     support = {k: v.float() if v.is_floating_point() else v for k, v in support.items()}
     query = {k: v.float() if v.is_floating_point() else v for k, v in query.items()}
-    start = {k: v.clone().requires_grad_(True) for k, v in core.identity_alignment(3, "affine").items()}
+    start = {
+        k: v.clone().requires_grad_(True) for k, v in core.identity_alignment(3, "affine").items()
+    }
     log_step = {k: torch.tensor(math.log(0.5), requires_grad=True) for k in start}
     loss, adapted = core.episode_loss(decoder, "affine", support, query, start, log_step, 2, True)
     loss.backward()
     at_adapted = {k: v.detach().clone().requires_grad_(True) for k, v in adapted.items()}
-    log_probs, lengths = decoder(core.apply_alignment(query["x"], at_adapted, "affine"), query["lengths"])
+    log_probs, lengths = decoder(
+        core.apply_alignment(query["x"], at_adapted, "affine"), query["lengths"]
+    )
     core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"]).backward()
     for k in start:
         torch.testing.assert_close(start[k].grad, at_adapted[k].grad)
@@ -161,7 +173,9 @@ def test_cer_and_wer_agree_with_torchmetrics_on_plain_text():
     predictions = ["i>an>here~", "wel>why?", "the>big>dog", "go>home,>now"]
     references = ["i>am>here~", "well,>why?", "the>dog", "go>home>now~"]
     _, wer = session_rates(predictions, references)
-    expected = word_error_rate([plain_text(p) for p in predictions], [plain_text(r) for r in references])
+    expected = word_error_rate(
+        [plain_text(p) for p in predictions], [plain_text(r) for r in references]
+    )
     assert wer == pytest.approx(expected.item())
     cer, _ = session_rates(predictions, references)
     assert cer == pytest.approx(char_error_rate(predictions, references).item())

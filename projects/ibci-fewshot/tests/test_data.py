@@ -15,7 +15,9 @@ DATE = dt.date(2023, 4, 17)
 
 def trials(n, channels=192, seed=0, bins=(7, 5, 9, 6)):
     rng = np.random.default_rng(seed)
-    return [rng.poisson(0.5, size=(bins[i % len(bins)], channels)).astype(np.int16) for i in range(n)]
+    return [
+        rng.poisson(0.5, size=(bins[i % len(bins)], channels)).astype(np.int16) for i in range(n)
+    ]
 
 
 def test_reader_round_trips_the_falcon_layout(tmp_path):
@@ -49,7 +51,11 @@ def test_eval_mask_false_inside_a_trial_keeps_the_trial_whole(tmp_path):
     partial = np.ones(5, bool)
     partial[1:3] = False
     path = write_session(
-        tmp_path / "m_ses-20230417.nwb", spikes, ["ab", "cd"], [False, True], DATE,
+        tmp_path / "m_ses-20230417.nwb",
+        spikes,
+        ["ab", "cd"],
+        [False, True],
+        DATE,
         eval_bins=[np.zeros(7, bool), partial],
     )
     session = read_session(path)
@@ -79,13 +85,17 @@ def test_missing_fields_are_clear_errors(tmp_path, skip, message):
 
 
 def test_a_channel_count_other_than_the_models_is_an_error(tmp_path):
-    path = write_session(tmp_path / "w_ses-20230417.nwb", trials(2, channels=96), ["ab", "cd"], [False] * 2, DATE)
+    path = write_session(
+        tmp_path / "w_ses-20230417.nwb", trials(2, channels=96), ["ab", "cd"], [False] * 2, DATE
+    )
     with pytest.raises(DataFormatError, match="96 channels but the model expects 192"):
         read_session(path, channels=192)
 
 
 def test_a_character_outside_the_set_is_an_error(tmp_path):
-    path = write_session(tmp_path / "q_ses-20230417.nwb", trials(2), ["ab", "c!d"], [False] * 2, DATE)
+    path = write_session(
+        tmp_path / "q_ses-20230417.nwb", trials(2), ["ab", "c!d"], [False] * 2, DATE
+    )
     with pytest.raises(DataFormatError, match="outside FALCON H2's 31"):
         read_session(path)
 
@@ -135,7 +145,10 @@ def test_the_default_path_writes_falcon_nwb_and_reads_it_back():
     assert data.val_session.day == 10 and [s.day for s in data.test_sessions] == [30, 60]
     session = data.test_sessions[0]
     assert session.calibration_indices(3) == [0, 1, 2] and len(session.eval_indices()) == 4
-    assert session.x[0].shape[1] == 192 and abs(float(np.mean([x.mean() for x in data.train_sessions[0].x]))) < 0.2
+    assert (
+        session.x[0].shape[1] == 192
+        and abs(float(np.mean([x.mean() for x in data.train_sessions[0].x]))) < 0.2
+    )
 
 
 def test_zero_calibration_sentences_is_a_clear_error():
@@ -147,3 +160,36 @@ def test_missing_real_data_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
     with pytest.raises(DatasetNotFoundError, match="DANDI"):
         tiny_module(root=str(tmp_path / "nothing")).setup()
+
+
+def test_the_streaming_adapter_decodes_like_the_batch_path():
+    """Bins streamed through predict/on_done give the batch transcription of each trial; an
+    unseen, uncalibrated session tag is refused until it is calibrated."""
+    import torch
+
+    from ibci_fewshot.data import pad_batch
+    from ibci_fewshot.falcon import FewShotFalconDecoder
+    from ibci_fewshot.model import IbciModule, UnknownSessionError
+
+    data = tiny_module()
+    data.setup()
+    torch.manual_seed(0)
+    module = IbciModule(n_sessions=2, hidden=16, projection=8).eval()
+    adapter = FewShotFalconDecoder(module, data.channel_mean, data.channel_std)
+    session = data.test_sessions[0]
+    with pytest.raises(UnknownSessionError):
+        adapter.reset([f"/data/{session.tag}.nwb"])
+    calibration = session.calibration_indices(3)
+    adapter.calibrate(
+        session.tag,
+        [session.counts[i] for i in calibration],
+        [session.cues[i] for i in calibration],
+    )
+    adapter.reset([f"/data/{session.tag}.nwb"])
+    for i in session.eval_indices()[:2]:
+        for row in session.counts[i]:
+            adapter.predict(row[None])
+        adapter.on_done(np.array([True]))
+    batch = pad_batch([(session, session.eval_indices()[:2])])
+    expected = module.transcribe(batch, module.params_for(session.tag))
+    assert adapter.finished == expected

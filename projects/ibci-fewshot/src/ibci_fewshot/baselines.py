@@ -83,7 +83,9 @@ def restandardise(module: IbciModule, unlabelled: torch.Tensor, lengths: torch.T
         return Adapted(phi)
     if module.form == "affine_softsign":
         base = module.zero_shot_params()  # standardise, then the mean held-in layer
-        return Adapted({"weight": base["weight"] / std, "bias": base["bias"] - base["weight"] @ (mean / std)})
+        return Adapted(
+            {"weight": base["weight"] / std, "bias": base["bias"] - base["weight"] @ (mean / std)}
+        )
     return Adapted({"weight": torch.diag(1 / std), "bias": -mean / std})
 
 

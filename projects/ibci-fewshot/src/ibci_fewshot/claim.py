@@ -73,7 +73,11 @@ def fit(seed: int, settings: dict[str, Any], backbone: str) -> IbciModule | Any:
         *settings.get("extra_args", []),
     ]
     cli = quiet_fit(
-        IbciModule, IbciDataModule, project_file=__file__, seed=seed, overrides=overrides,
+        IbciModule,
+        IbciDataModule,
+        project_file=__file__,
+        seed=seed,
+        overrides=overrides,
         cli_class=IbciCLI,
     )
     return cli
@@ -86,9 +90,10 @@ def adapt(subject: str, models: dict, session: Session, n_cal: int, params, sett
     calibration = pad_batch([(session, session.calibration_indices(n_cal))])
     steps = settings["adapt_steps"]
     if subject in ("many_sentence_alignment", "within_session_oracle"):
-        many = session.calibration_indices(n_cal) + session.extra_indices(
-            settings["calibration_sweep"][-1]
-        )[: settings["n_extra"]]
+        many = (
+            session.calibration_indices(n_cal)
+            + session.extra_indices(settings["calibration_sweep"][-1])[: settings["n_extra"]]
+        )
         batch = pad_batch([(session, many)])
         if subject == "many_sentence_alignment":
             return pooled, baselines.gradient_alignment(
@@ -172,7 +177,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
         models = models_for(seed)
         scored = score_sessions(
-            subject, models, [models["data"].val_session], settings["n_calibration"], params,
+            subject,
+            models,
+            [models["data"].val_session],
+            settings["n_calibration"],
+            params,
             settings,
         )
         return session_rates(scored[0][0], scored[0][2])[1]
@@ -200,9 +209,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             learned.append(
                 {
                     "seed": seed,
-                    "inner_step_sizes": {
-                        k: float(v.exp()) for k, v in pooled.log_step.items()
-                    },
+                    "inner_step_sizes": {k: float(v.exp()) for k, v in pooled.log_step.items()},
                     "inner_step_size_start": pooled.hparams.inner_lr,
                     "phi0_distance_from_identity": parameter_distance(
                         {k: v.detach() for k, v in pooled.phi0.items()},
@@ -240,21 +247,26 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         "precondition": precondition,
         "adapted_layer": _mean_dicts(diagnostics),
         "learned_meta_state": learned,
-        "calibration_sweep_wer": {s: {n: float(np.mean(v)) for n, v in d.items()} for s, d in sweep.items()},
+        "calibration_sweep_wer": {
+            s: {n: float(np.mean(v)) for n, v in d.items()} for s, d in sweep.items()
+        },
         "per_session_wer": {
             s: {str(seed): rows for seed, rows in d.items()} for s, d in per_session.items()
         },
         "train_time_s": {k: float(np.mean(v)) for k, v in train_times.items() if v},
         "paper_wer_not_comparable": PAPER_WER,
     }
-    notes = " ".join([
-        f"Pre-registered precondition: {precondition['text']}.",
-        "All data are SIMULATED (simulate.py) and written as FALCON-H2-format NWB files, read "
-        "back by the real loader; the paper's 7.41% WER (real FALCON H2, unknown language "
-        "model) is not comparable.",
-        "Greedy CTC decoding is checked; test_wer_lexicon (nearest training-vocabulary word) is "
-        "reported beside it as a cheap language-model stand-in.",
-    ])
+    notes = " ".join(
+        [
+            f"Pre-registered precondition: {precondition['text']}.",
+            "All data are SIMULATED (simulate.py) and written as FALCON-H2-format NWB files, read "
+            "back by the real loader; the paper's 7.41% WER (real FALCON H2, unknown language "
+            "model) is not comparable.",
+            "Greedy CTC decoding is checked; test_wer_lexicon (nearest training-vocabulary word) "
+            "is "
+            "reported beside it as a cheap language-model stand-in.",
+        ]
+    )
     write_claim(
         args.out,
         project="ibci-fewshot",
@@ -282,7 +294,9 @@ def check_precondition(per_session: dict, rule: dict[str, float]) -> dict[str, A
     first, last = days.min(), days.max()
     early, late = float(wers[days == first].mean()), float(wers[days == last].mean())
     oracle = float(
-        np.mean([w for seed_rows in per_session["within_session_oracle"].values() for _, w in seed_rows])
+        np.mean(
+            [w for seed_rows in per_session["within_session_oracle"].values() for _, w in seed_rows]
+        )
     )
     drift_hurts = slope > 0 and late > early
     oracle_good = oracle < rule["oracle_wer_below"]
@@ -319,13 +333,24 @@ def plot(out: Path, per_session: dict, sweep: dict, settings: dict) -> list[str]
         ns = sorted(by_n)
         left.plot(ns, [np.mean(by_n[n]) for n in ns], marker="o", label=subject)
     left.axhline(PAPER_WER, color="grey", ls=":", label="paper 7.41% (real data, not comparable)")
-    left.set(xscale="log", xlabel="calibration sentences", ylabel="WER (greedy)", title="vs calibration")
+    left.set(
+        xscale="log", xlabel="calibration sentences", ylabel="WER (greedy)", title="vs calibration"
+    )
     left.legend(fontsize=7)
     for subject in ("zero_shot", "meta_alignment", "session_layers", "within_session_oracle"):
         rows = [r for seed_rows in per_session.get(subject, {}).values() for r in seed_rows]
         days = sorted({d for d, _ in rows})
-        right.plot(days, [np.mean([w for d, w in rows if d == day]) for day in days], marker="o", label=subject)
-    right.set(xlabel="days since the first held-in session", ylabel="WER (greedy, 3 sentences)", title="vs days")
+        right.plot(
+            days,
+            [np.mean([w for d, w in rows if d == day]) for day in days],
+            marker="o",
+            label=subject,
+        )
+    right.set(
+        xlabel="days since the first held-in session",
+        ylabel="WER (greedy, 3 sentences)",
+        title="vs days",
+    )
     right.legend(fontsize=7)
     fig.suptitle("ibci-fewshot: SIMULATED FALCON-H2-format data", fontsize=9)
     fig.tight_layout()

@@ -374,9 +374,7 @@ def fit_by_gradient(
         optimizer.zero_grad()
         loss = loss_of(phi)
         if weight_decay_to_start:
-            loss = loss + weight_decay_to_start * sum(
-                ((phi[k] - start[k]) ** 2).sum() for k in phi
-            )
+            loss = loss + weight_decay_to_start * sum(((phi[k] - start[k]) ** 2).sum() for k in phi)
         loss.backward()
         optimizer.step()
     return {k: v.detach() for k, v in phi.items()}

@@ -224,11 +224,12 @@ class IbciDataModule(LightningDataModule):
         self.val_session = self._session(raw_in[-1], first)
         self.test_sessions = [self._session(r, first) for r in raw_out]
         self.lexicon_words = [w for r in train_raw for c in r["cues"] for w in _words(c)]
-        self.train_indices = [
-            list(range(len(s.x) - h.n_minival)) for s in self.train_sessions
+        self.train_indices = [list(range(len(s.x) - h.n_minival)) for s in self.train_sessions]
+        short = [
+            s.tag
+            for s, idx in zip(self.train_sessions, self.train_indices, strict=True)
+            if len(idx) < h.n_support + h.n_query
         ]
-        short = [s.tag for s, idx in zip(self.train_sessions, self.train_indices, strict=True)
-                 if len(idx) < h.n_support + h.n_query]
         if short:
             raise ConfigError(
                 f"held-in sessions {short} have fewer than n_support + n_query = "

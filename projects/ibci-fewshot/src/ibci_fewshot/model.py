@@ -14,9 +14,9 @@ import math
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
-import torch.nn.functional as F
 from torch import nn
 
 from ibci_fewshot import core
@@ -76,7 +76,9 @@ class IbciModule(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.decoder = GRUDecoder(channels, projection, hidden, layers, kernel, stride, dropout=dropout)
+        self.decoder = GRUDecoder(
+            channels, projection, hidden, layers, kernel, stride, dropout=dropout
+        )
         self.session_layers = (
             SessionLayers(n_sessions, channels) if backbone == "session_layers" else None
         )
@@ -99,7 +101,11 @@ class IbciModule(LightningModule):
     def form(self) -> AlignmentForm:
         """Pooled backbone: the chosen alignment form; session-layer backbone: a new session
         layer of its own form (affine + softsign)."""
-        return "affine_softsign" if self.hparams.backbone == "session_layers" else self.hparams.alignment
+        return (
+            "affine_softsign"
+            if self.hparams.backbone == "session_layers"
+            else self.hparams.alignment
+        )
 
     def start_params(self) -> core.Params:
         return dict(self.phi0.items())
@@ -187,9 +193,7 @@ class IbciModule(LightningModule):
                     core.apply_alignment(query["x"], self.start_params(), self.form),
                     query["lengths"],
                 )
-                unadapted.append(
-                    core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"])
-                )
+                unadapted.append(core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"]))
             losses.append(query_loss)
             moved.append(core.parameter_distance(adapted, self.start_params()))
         loss = torch.stack(losses).mean()
@@ -223,7 +227,10 @@ class IbciModule(LightningModule):
     def validation_step(self, batch, batch_idx):
         """Minival of the held-in sessions, decoded with the training-time input path."""
         texts = self.transcribe(batch)
-        references = [core.decode_indices(y[:n].tolist()) for y, n in zip(batch["y"], batch["y_lengths"], strict=True)]
+        references = [
+            core.decode_indices(y[:n].tolist())
+            for y, n in zip(batch["y"], batch["y_lengths"], strict=True)
+        ]
         cer, wer = session_rates(texts, references)
         self.log("val/cer", cer, prog_bar=True, batch_size=len(texts))
         self.log("val/wer", wer, batch_size=len(texts))

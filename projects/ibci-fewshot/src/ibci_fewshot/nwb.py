@@ -113,7 +113,7 @@ def write_session(
 
     ``gaps``: seconds between consecutive trials (default 0.5); ``eval_bins``: a per-trial bool
     mask overriding ``is_eval``; ``skip``: fields to leave out (fixtures for bad input)."""
-    from pynwb import NWBFile, NWBHDF5IO, TimeSeries
+    from pynwb import NWBHDF5IO, NWBFile, TimeSeries
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,9 +146,7 @@ def write_session(
             )
         )
     nwb.add_acquisition(
-        TimeSeries(
-            name="eval_mask", data=np.concatenate(masks), timestamps=timestamps, unit="n.a."
-        )
+        TimeSeries(name="eval_mask", data=np.concatenate(masks), timestamps=timestamps, unit="n.a.")
     )
     with NWBHDF5IO(str(path), "w") as io:
         io.write(nwb)
