@@ -40,6 +40,17 @@ def test_stage_two_leaves_the_backbone_untouched_and_moves_the_meta_state(tiny_a
     assert any(meta.log_step[k] != initial.log_step[k] for k in initial.log_step)
 
 
+def test_second_order_meta_learning_of_the_diagonal_low_rank_form(tiny_args):
+    """The other alignment form and the second-order path (pure CTC) through the module."""
+    args = [*tiny_args, "--model.alignment=diag_lowrank", "--model.meta_order=second"]
+    initial = train([*args, "--trainer.max_steps=0"]).model
+    meta = train([*args, "--model.stage1_steps=0", "--trainer.max_steps=1"]).model
+    assert set(meta.phi0) == {"gain", "u", "v", "bias"}
+    torch.testing.assert_close(meta.decoder.readout.weight, initial.decoder.readout.weight)
+    assert (meta.phi0["u"] - initial.phi0["u"]).abs().sum() > 0
+    assert meta.log_step["u"] != initial.log_step["u"]
+
+
 def test_stage_one_trains_the_backbone_and_not_the_meta_state(tiny_args):
     initial = train([*tiny_args, "--trainer.max_steps=0"]).model
     stage1 = train([*tiny_args, "--model.stage1_steps=5", "--trainer.max_steps=2"]).model
