@@ -1,0 +1,47 @@
+import pytest
+import torch
+
+# A miniature of the miniature: 3 held-in sessions (the last is the validation session) and 2
+# held-out ones, short budgets. Seconds per fit.
+TINY_DATA = [
+    "--data.sim_held_in_days=[0,5,10]",
+    "--data.sim_held_out_days=[30,60]",
+    "--data.sim_sentences=16",
+    "--data.sim_calibration_pool=8",
+    "--data.sim_eval=4",
+    "--data.episodes_per_batch=2",
+    "--data.episodes_per_epoch=4",
+    "--data.n_minival=2",
+    "--data.n_query=3",
+]
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def one_thread(shared_cache, monkeypatch):
+    """Tests run with one torch thread; the simulated NWB files are cached once per session."""
+    torch.set_num_threads(1)
+    monkeypatch.setenv("PAPERS_CACHE_DIR", str(shared_cache))
+
+
+@pytest.fixture
+def tiny_args(tmp_path):
+    """Flags that shrink configs/default.yaml to seconds: CPU, 2 batches an epoch, no logger,
+    2 stage-1 steps then stage 2."""
+    return [
+        "--trainer.accelerator=cpu",
+        "--trainer.max_steps=4",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.check_val_every_n_epoch=1",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--model.stage1_steps=2",
+        "--model.hidden=16",
+        "--model.projection=8",
+        *TINY_DATA,
+    ]

@@ -1,0 +1,233 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torchmetrics.functional.text import char_error_rate, word_error_rate
+
+from ibci_fewshot import core
+from ibci_fewshot.metrics import (
+    Lexicon,
+    edit_distance,
+    falcon_words,
+    per_item_rates,
+    plain_text,
+    session_rates,
+)
+from ibci_fewshot.model import IbciModule, UnknownSessionError
+
+
+def ctc_case(dtype=torch.float64):
+    torch.manual_seed(0)
+    logits = torch.randn(12, 3, 6, dtype=dtype, requires_grad=True)  # [T, B, K]
+    targets = torch.tensor([[1, 1, 2, 3], [4, 5, 0, 0], [2, 0, 0, 0]])  # a repeat in row 0
+    return logits, targets, torch.tensor([12, 9, 5]), torch.tensor([4, 2, 1])
+
+
+def test_pure_ctc_matches_torch_in_value_and_gradient():
+    logits, targets, lengths, label_lengths = ctc_case()
+    pure = core.ctc_loss_pure(logits.log_softmax(-1), targets, lengths, label_lengths)
+    reference = F.ctc_loss(
+        logits.log_softmax(-1), targets, lengths, label_lengths, reduction="none"
+    )
+    torch.testing.assert_close(pure, reference, rtol=1e-10, atol=1e-10)
+    (g_pure,) = torch.autograd.grad(pure.sum(), logits)
+    (g_ref,) = torch.autograd.grad(
+        F.ctc_loss(logits.log_softmax(-1), targets, lengths, label_lengths, reduction="sum"),
+        logits,
+    )
+    torch.testing.assert_close(g_pure, g_ref, rtol=1e-8, atol=1e-10)
+
+
+def test_pure_ctc_has_a_second_derivative_and_torch_has_none():
+    small = torch.randn(5, 2, 4, dtype=torch.float64, requires_grad=True)
+    targets, lengths, label_lengths = (
+        torch.tensor([[1, 1], [2, 3]]),
+        torch.tensor([5, 4]),
+        torch.tensor([2, 2]),
+    )
+    assert torch.autograd.gradgradcheck(
+        lambda z: core.ctc_loss_pure(z.log_softmax(-1), targets, lengths, label_lengths).sum(),
+        (small,),
+    )
+    logits, targets, lengths, label_lengths = ctc_case()
+    loss = F.ctc_loss(logits.log_softmax(-1), targets, lengths, label_lengths)
+    (g,) = torch.autograd.grad(loss, logits, create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(g.pow(2).sum(), logits)
+
+
+def test_pure_ctc_by_hand_on_two_steps():
+    """T = 2, label 'a': paths a-a, a-blank, blank-a: p = pa1 pa2 + pa1 pb2 + pb1 pa2."""
+    probs = torch.tensor([[[0.6, 0.4]], [[0.3, 0.7]]], dtype=torch.float64)  # [T, B, K]
+    loss = core.ctc_loss_pure(
+        probs.log(), torch.tensor([[1]]), torch.tensor([2]), torch.tensor([1])
+    )
+    assert loss.item() == pytest.approx(-math.log(0.4 * 0.7 + 0.4 * 0.3 + 0.6 * 0.7))
+
+
+def test_mean_reduction_divides_by_label_length_like_torch():
+    logits, targets, lengths, label_lengths = ctc_case()
+    batch_first = logits.log_softmax(-1).transpose(0, 1)
+    pure = core.ctc_loss(batch_first, targets, lengths, label_lengths, impl="pure")
+    torch_mean = core.ctc_loss(batch_first, targets, lengths, label_lengths, impl="torch")
+    assert pure.item() == pytest.approx(torch_mean.item(), rel=1e-9)
+
+
+def tiny_decoder():
+    torch.manual_seed(1)
+    return core.GRUDecoder(
+        channels=3, projection=2, hidden=3, layers=1, kernel=2, stride=1
+    ).double()
+
+
+def tiny_batch(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "x": torch.randn(2, 6, 3, generator=g, dtype=torch.float64),
+        "lengths": torch.tensor([6, 5]),
+        "y": torch.tensor([[1, 2], [3, 0]]),
+        "y_lengths": torch.tensor([2, 1]),
+    }
+
+
+@pytest.mark.parametrize("form", ["affine", "diag_lowrank"])
+def test_second_order_meta_gradient_matches_finite_differences(form):
+    decoder = tiny_decoder().requires_grad_(False)
+    support, query = tiny_batch(0), tiny_batch(1)
+    start = {k: v.double() for k, v in core.identity_alignment(3, form, rank=2).items()}
+    log_step = {k: torch.tensor(math.log(0.5), dtype=torch.float64) for k in start}
+    names = list(start)
+
+    def meta_loss(*tensors):
+        phi0 = dict(zip(names, tensors, strict=True))
+        loss, _ = core.episode_loss(decoder, form, support, query, phi0, log_step, 2, False)
+        return loss
+
+    inputs = tuple(start[k].clone().requires_grad_(True) for k in names)
+    assert torch.autograd.gradcheck(meta_loss, inputs, eps=1e-6, atol=1e-5)
+
+
+def test_first_order_meta_gradient_ignores_the_inner_hessian():
+    """FOMAML: d L_Q / d phi0 equals d L_Q / d phi at the adapted point."""
+    decoder = tiny_decoder().float().requires_grad_(False)
+    support, query = tiny_batch(0), tiny_batch(1)
+    support = {k: v.float() if v.is_floating_point() else v for k, v in support.items()}
+    query = {k: v.float() if v.is_floating_point() else v for k, v in query.items()}
+    start = {
+        k: v.clone().requires_grad_(True) for k, v in core.identity_alignment(3, "affine").items()
+    }
+    log_step = {k: torch.tensor(math.log(0.5), requires_grad=True) for k in start}
+    loss, adapted = core.episode_loss(decoder, "affine", support, query, start, log_step, 2, True)
+    loss.backward()
+    at_adapted = {k: v.detach().clone().requires_grad_(True) for k, v in adapted.items()}
+    log_probs, lengths = decoder(
+        core.apply_alignment(query["x"], at_adapted, "affine"), query["lengths"]
+    )
+    core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"]).backward()
+    for k in start:
+        torch.testing.assert_close(start[k].grad, at_adapted[k].grad)
+        assert log_step[k].grad is not None and log_step[k].grad.abs() > 0
+
+
+@pytest.mark.parametrize("form", ["affine", "diag_lowrank"])
+def test_identity_alignment_is_the_identity(form):
+    x = torch.randn(2, 5, 7)
+    phi = core.identity_alignment(7, form, rank=3)
+    torch.testing.assert_close(core.apply_alignment(x, phi, form), x)
+    assert core.relative_input_change(x, phi, form) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_greedy_decode_merges_repeats_and_drops_blanks():
+    path = torch.tensor([[1, 1, 0, 1, 2, 2, 0, 0, 3]])  # a a _ a b b _ _ c
+    log_probs = F.one_hot(path, 5).float().log()
+    assert core.greedy_decode(log_probs, torch.tensor([9])) == [[1, 1, 2, 3]]
+    assert core.greedy_decode(log_probs, torch.tensor([4])) == [[1, 1]]
+
+
+def test_characters_encode_and_reject_outsiders():
+    assert core.decode_indices(core.encode_text("it's>ok~?,")) == "it's>ok~?,"
+    assert len(set(core.encode_text(core.CHARSET))) == 31 and core.N_CLASSES == 32
+    with pytest.raises(core.CharacterError, match="!"):
+        core.encode_text("hi!")
+
+
+def test_falcon_word_split_by_hand():
+    assert falcon_words("i>am>here~") == ["i", "am", "here", "~"]
+    assert falcon_words("well,>why?") == ["well", ",", "why", "?"]
+    assert falcon_words("don't>go") == ["don't", "go"]
+
+
+def test_cer_and_wer_by_hand():
+    predictions = ["i>an>here~", "wel>why?"]
+    references = ["i>am>here~", "well,>why?"]
+    cer, wer = session_rates(predictions, references)
+    # chars: 1 substitution / 10 + (1 deletion 'l', 1 deletion ',') / 10
+    assert cer == pytest.approx(3 / 20)
+    # words: 'an' for 'am' (1 of 4); 'wel' for 'well' and ',' missing (2 of 4)
+    assert wer == pytest.approx(3 / 8)
+    assert edit_distance("kitten", "sitting") == 3
+
+
+def test_cer_and_wer_agree_with_torchmetrics_on_plain_text():
+    predictions = ["i>an>here~", "wel>why?", "the>big>dog", "go>home,>now"]
+    references = ["i>am>here~", "well,>why?", "the>dog", "go>home>now~"]
+    _, wer = session_rates(predictions, references)
+    expected = word_error_rate(
+        [plain_text(p) for p in predictions], [plain_text(r) for r in references]
+    )
+    assert wer == pytest.approx(expected.item())
+    cer, _ = session_rates(predictions, references)
+    assert cer == pytest.approx(char_error_rate(predictions, references).item())
+
+
+def test_per_item_rates_average_to_the_session_mean():
+    sessions = [(["a>b", "c"], ["a>b", "d"]), (["x>y>z"], ["x>q>z"])]
+    cer, wer = per_item_rates(sessions)
+    assert len(wer) == 3
+    expected = (session_rates(*sessions[0])[1] + session_rates(*sessions[1])[1]) / 2
+    assert wer.mean() == pytest.approx(expected)
+    assert cer.mean() == pytest.approx(
+        (session_rates(*sessions[0])[0] + session_rates(*sessions[1])[0]) / 2
+    )
+
+
+def test_lexicon_snaps_words_and_keeps_punctuation():
+    lexicon = Lexicon(["hello", "world", "don't"])
+    assert lexicon("helo>wrld~") == "hello>world~"
+    assert lexicon("dont,>hello?") == "don't,>hello?"
+
+
+def module_and_batch():
+    torch.manual_seed(0)
+    module = IbciModule(channels=6, n_sessions=2, projection=4, hidden=8, kernel=2, stride=1)
+    g = torch.Generator().manual_seed(3)
+    batch = {
+        "x": torch.randn(3, 10, 6, generator=g),
+        "lengths": torch.tensor([10, 9, 8]),
+        "y": torch.tensor([[1, 2, 3], [4, 5, 0], [6, 0, 0]]),
+        "y_lengths": torch.tensor([3, 2, 1]),
+        "session": torch.tensor([0, 1, 0]),
+    }
+    return module, batch
+
+
+def test_module_inner_steps_lower_the_support_loss():
+    module, batch = module_and_batch()
+    module.eval()
+    before = module.loss(batch, module.zero_shot_params()).item()
+    adapted = module.adapt_meta(batch, steps=5)
+    assert module.loss(batch, adapted).item() < before
+    assert core.parameter_distance(adapted, module.zero_shot_params()) > 0
+
+
+def test_an_unseen_session_tag_routes_to_calibration():
+    module, batch = module_and_batch()
+    module.eval()
+    with pytest.raises(UnknownSessionError, match="calibrate"):
+        module.params_for("sub-T5-held-out_ses-20230417")
+    identity = module.params_for("held-in-tag", known_tags={"held-in-tag"})
+    torch.testing.assert_close(identity["weight"], torch.eye(6))
+    adapted = module.calibrate("sub-T5-held-out_ses-20230417", batch)
+    assert module.params_for("sub-T5-held-out_ses-20230417") is adapted
+    assert not torch.equal(adapted["weight"], torch.eye(6))
