@@ -22,7 +22,7 @@ def tiny_args(tmp_path):
         f"--trainer.default_root_dir={tmp_path}",
         "--model.epochs_per_task=1",
         "--model.eval_steps=3",
-        "--model.buffer_size=20",
+        "--model.buffer_size=40",
         "--model.replay_batch=8",
         "--data.n_eval=64",
         "--data.batch_size=16",

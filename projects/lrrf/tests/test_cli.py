@@ -57,8 +57,14 @@ def test_attacks_inside_a_training_step_leave_mode_and_batchnorm_untouched(tiny_
 
 def test_a_few_lrrf_steps_lower_the_drm_discrepancy(tiny_args):
     """Through the module: the discrepancy DRM measures falls as LRRF trains on its weight."""
-    args = [*tiny_args, "--model.epochs_per_task=3", "--model.lam_drm=5.0",
-            "--model.drm_dynamic=false", "--trainer.max_steps=6", "--model.evaluate_tasks=false"]
+    args = [
+        *tiny_args,
+        "--model.epochs_per_task=3",
+        "--model.lam_drm=5.0",
+        "--model.drm_dynamic=false",
+        "--trainer.max_steps=5",
+        "--model.evaluate_tasks=false",
+    ]
     model = train(args).model
     drm = model._running["drm_discrepancy"]
     assert np.mean(drm[-2:]) < 0.7 * np.mean(drm[:2]), drm
@@ -78,10 +84,13 @@ def test_resuming_mid_sequence_continues_exactly(tiny_args, tmp_path):
 
 def test_checkpoint_holds_the_sequence_state(tiny_args, tmp_path):
     cli = train([*tiny_args, "--trainer.max_steps=4", "--trainer.enable_checkpointing=true"])
-    path = cli.trainer.checkpoint_callback.last_model_path or cli.trainer.checkpoint_callback.best_model_path
+    path = (
+        cli.trainer.checkpoint_callback.last_model_path
+        or cli.trainer.checkpoint_callback.best_model_path
+    )
     state = torch.load(path, weights_only=False)["lrrf_sequence"]
     assert state["tasks_done"] == 2 and state["accumulated"] is not None
-    assert len(state["buffer"]["y"]) == 20 and len(state["task_end_correct"]["test"]) == 2
+    assert len(state["buffer"]["y"]) == 40 and len(state["task_end_correct"]["test"]) == 2
 
 
 def test_test_subcommand_fills_r_from_a_checkpoint(tiny_args, tmp_path):

@@ -68,8 +68,10 @@ def test_accumulated_network_is_the_average_of_three_task_end_points():
     ema = None
     for t, point in enumerate(points, start=1):
         ema = core.accumulate(ema, point, t, "ema", ema=0.5)
-    assert torch.allclose(ema["w"], torch.tensor([0.25 * 1 + 0.25 * 4 + 0.5 * 7] * 1 + [
-        2 * (0.25 * 1 + 0.25 * 4 + 0.5 * 7)]))
+    assert torch.allclose(
+        ema["w"],
+        torch.tensor([0.25 * 1 + 0.25 * 4 + 0.5 * 7] * 1 + [2 * (0.25 * 1 + 0.25 * 4 + 0.5 * 7)]),
+    )
 
 
 def test_supcon_and_kco_match_a_hand_computation():

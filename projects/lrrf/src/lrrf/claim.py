@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from lrrf.data import LrrfDataModule
 from lrrf.model import LrrfModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import contrast_interval, judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval.tuning import tuning_grids
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
@@ -44,6 +46,9 @@ SUBJECTS = (
 )  # fmt: skip
 METRICS = ("aa", "forgetting", "bwt", "clean_acc", "val_aa")
 CONFIG_OF = {"seq_at_compute": "seq_at"}  # the negative control is seq_at with more epochs
+# Ablations run at LRRF's tuned weights, the compute-matched control at seq_at's learning rate.
+INHERITS = {"lrrf_no_drm": "lrrf", "lrrf_no_ctir": "lrrf", "lrrf_no_kco": "lrrf",
+            "seq_at_compute": "seq_at"}  # fmt: skip
 LAMBDAS = ("lam_drm", "lam_ctir", "lam_kco")
 
 
@@ -104,10 +109,43 @@ def square_check(model: LrrfModule, settings: dict[str, Any], seed: int) -> dict
     return {"pgd_linf": float(correct[1].mean()), "square": float(square_correct.float().mean())}
 
 
+def run_job(job: tuple[str, tuple, int, dict[str, Any]]) -> dict[str, Any]:
+    """One (subject, params, seed) run, measured (a top-level function: pool workers call it)."""
+    subject, params, seed, settings = job
+    torch.set_num_threads(1)
+    model = fit(subject, seed, settings, dict(params))
+    outcome = measure(model)
+    if subject in ("seq_at", "lrrf"):
+        outcome["_square"] = square_check(model, settings, seed)
+    if subject == "lrrf":
+        outcome["_moved"] = moved_from_accumulated(model)
+    return outcome
+
+
+def run_all(jobs: list[tuple], settings: dict[str, Any], workers: int) -> list[dict[str, Any]]:
+    """Run the jobs, in ``workers`` processes of one torch thread each (spawned, so no worker
+    inherits started thread pools); results come back in order."""
+    full = [(subject, params, seed, settings) for subject, params, seed in jobs]
+    if workers <= 1 or len(full) <= 1:
+        return [run_job(job) for job in full]
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(min(workers, len(full))) as pool:
+        return pool.map(run_job, full, chunksize=1)
+
+
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation, run every subject on every seed, check the precondition, judge."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes, one torch thread each (default: 2, the 2 cores; "
+        "1 with --quick, where starting workers costs more than it saves)",
+    )
     args = parser.parse_args(argv)
+    if args.jobs is None:
+        args.jobs = 1 if args.quick else 2
     spec = load_claim_spec(
         CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
     )
@@ -116,24 +154,27 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     settings = dict(spec.settings)
     runs: dict[tuple, dict[str, Any]] = {}  # (subject, params, seed) -> measured; reused
 
-    def run(subject: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
-        key = (subject, tuple(sorted(params.items())), seed)
-        if key not in runs:
-            model = fit(subject, seed, settings, params)
-            runs[key] = measure(model)
-            if subject in ("seq_at", "lrrf"):
-                runs[key]["_square"] = square_check(model, settings, seed)
-            if subject == "lrrf":
-                runs[key]["_moved"] = moved_from_accumulated(model)
-        return runs[key]
+    def run_missing(jobs: list[tuple]) -> None:
+        jobs = [job for job in dict.fromkeys(jobs) if job not in runs]
+        runs.update(zip(jobs, run_all(jobs, settings, args.jobs), strict=True))
 
-    tuning = tune(spec, lambda subject, params, seed: run(subject, params, seed)["val_aa"])
-    measured: dict[str, dict[int, dict[str, Any]]] = {s: {} for s in SUBJECTS}
+    grids = tuning_grids(spec.tuning, spec.subjects)
+    first = spec.seeds[0]
+    run_missing([(s, tuple(sorted(p.items())), first) for s, g in grids.items() for p in g
+                 if p])  # fmt: skip
+    tuning = tune(spec, lambda s, p, seed: runs[(s, tuple(sorted(p.items())), seed)]["val_aa"])
+
+    def chosen(subject: str) -> tuple:
+        params = tuning.best.get(subject) or tuning.best.get(INHERITS.get(subject, ""), {})
+        return tuple(sorted(params.items()))
+
+    run_missing([(s, chosen(s), seed) for seed in spec.seeds for s in SUBJECTS])
+    measured: dict[str, dict[int, dict[str, Any]]] = {
+        s: {seed: runs[(s, chosen(s), seed)] for seed in spec.seeds} for s in SUBJECTS
+    }
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
-        outcome = run(subject, dict(tuning.best.get(subject, {})), seed)
-        measured[subject][seed] = outcome
-        return {k: v for k, v in outcome.items() if not k.startswith("_")}
+        return {k: v for k, v in measured[subject][seed].items() if not k.startswith("_")}
 
     results = run_seeds(spec, run_one)
     judgement = judge(spec, results)
@@ -145,6 +186,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             reason=f"precondition failed: {precondition['text']}; " + judgement.reason,
         )
     evidence = summarise_evidence(spec, measured, precondition)
+    evidence["inherited_tuning"] = {s: dict(chosen(s)) for s in INHERITS}
+    evidence["worker_processes"] = args.jobs
     figures = make_plots(args.out, measured, spec)
     write_claim(
         args.out,
@@ -179,8 +222,14 @@ def check_precondition(spec, results, measured, rule: dict[str, float]) -> dict[
                                    confidence=spec.confidence)  # fmt: skip
     forgets = bool(forgetting.low > rule["forgetting_margin"])
     gaps = {
-        subject: float(np.mean([m["_square"]["square"] - m["_square"]["pgd_linf"]
-                                for m in measured[subject].values()]))  # fmt: skip
+        subject: float(
+            np.mean(
+                [
+                    m["_square"]["square"] - m["_square"]["pgd_linf"]
+                    for m in measured[subject].values()
+                ]
+            )
+        )  # fmt: skip
         for subject in ("seq_at", "lrrf")
     }
     unmasked = all(gap >= -rule["masking_tolerance"] for gap in gaps.values())
@@ -231,7 +280,9 @@ def summarise_evidence(spec, measured, precondition) -> dict[str, Any]:
         "r_matrices_mean_over_seeds": {s: np.round(r, 4).tolist() for s, r in r_mean.items()},
         "r_layout": "rows: after task i; columns: clean, then the attacks of the sequence",
         "lrrf_diagnostics_per_task": diagnostics["lrrf"],
-        "seq_at_drm_discrepancy_per_task": [row["drm_discrepancy"] for row in diagnostics["seq_at"]],
+        "seq_at_drm_discrepancy_per_task": [
+            row["drm_discrepancy"] for row in diagnostics["seq_at"]
+        ],
         "lrrf_relative_distance_to_accumulated_network": round(
             float(np.nanmean([measured["lrrf"][k]["_moved"] for k in seeds])), 4
         ),

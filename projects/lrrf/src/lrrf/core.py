@@ -22,7 +22,8 @@ was not available), labelled [R1]..[R6] and switchable from the configs:
 [R2] DRM's "dynamic" weight: lam1_t = lam1 * clamp(acc_clean - acc_adv, 0, 1) on the batch
      (the larger the clean/robust gap, the harder the alignment); ``constant`` turns it off.
 [R3] CTIR (Cross-Task Invariant Representation) against an accumulated network g_bar:
-        L_CTIR = mean_i ||n(g(u_i)) - n(g_bar(u_i))||^2 + gamma ||n(Z)n(Z)^T - n(Z_bar)n(Z_bar)^T||_F^2 / B^2
+        L_CTIR = mean_i ||n(g(u_i)) - n(g_bar(u_i))||^2
+                 + gamma ||n(Z)n(Z)^T - n(Z_bar)n(Z_bar)^T||_F^2 / B^2
      over u in {x, x~}, n = L2 normalisation, Z the batch's features.
 [R4] The accumulated network: the running average of the task end points,
         theta_bar_t = ((t-1) theta_bar_{t-1} + theta_t) / t      (``mean``), or an EMA (``ema``).

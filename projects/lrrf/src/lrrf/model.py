@@ -31,7 +31,7 @@ from lrrf.baselines import (
 from lrrf.data import SHAPES, Dataset
 from lrrf.networks import build_network
 from papers_cli import ConfigError
-from papers_gpu import run_seed
+from papers_gpu import derived_seed, run_seed, seed_all_generators
 
 TrainAttack = Literal["linf", "l2", "l1", "fgsm"]
 EvalOnlyAttack = Literal["square", "autoattack"]
@@ -52,16 +52,16 @@ class LrrfModule(LightningModule):
         feature_dim: PositiveInt = 64,
         method: Method = "lrrf",
         tasks: list[TrainAttack] = ["linf", "fgsm", "l2", "l1"],  # noqa: B006 (jsonargparse)
-        epochs_per_task: PositiveInt = 4,
-        eps_linf: PositiveFloat = 0.25,
-        eps_l2: PositiveFloat = 1.0,
-        eps_l1: PositiveFloat = 4.0,
-        eps_fgsm: PositiveFloat = 0.3,
+        epochs_per_task: PositiveInt = 3,
+        eps_linf: PositiveFloat = 0.2,
+        eps_l2: PositiveFloat = 0.8,
+        eps_l1: PositiveFloat = 2.5,
+        eps_fgsm: PositiveFloat = 0.2,
         l1_sparsity: PositiveFloat = 0.1,
         train_steps: PositiveInt = 5,
         train_step_fraction: PositiveFloat = 0.4,
-        eval_steps: PositiveInt = 20,
-        eval_step_fraction: PositiveFloat = 0.15,
+        eval_steps: PositiveInt = 10,
+        eval_step_fraction: PositiveFloat = 0.25,
         eval_extra: list[EvalOnlyAttack] = [],  # noqa: B006
         square_queries: PositiveInt = 300,
         lam_drm: NonNegativeFloat = 1.0,
@@ -74,8 +74,8 @@ class LrrfModule(LightningModule):
         lam_kco: NonNegativeFloat = 1.0,
         kco_temperature: PositiveFloat = 0.5,
         replay_attack: Literal["task", "random_previous"] = "task",
-        buffer_size: PositiveInt = 200,
-        replay_batch: PositiveInt = 32,
+        buffer_size: PositiveInt = 50,
+        replay_batch: PositiveInt = 16,
         reg_weight: NonNegativeFloat = 1.0,
         derpp_beta: NonNegativeFloat = 0.5,
         air_noise: PositiveFloat = 0.1,
@@ -97,13 +97,15 @@ class LrrfModule(LightningModule):
         self.net = build_network(arch, channels, size, classes, width, feature_dim, mean, std)
         step = {"linf": eps_linf, "l2": eps_l2, "l1": eps_l1, "fgsm": eps_fgsm}
         self.train_attacks = {
-            name: make_attack(name, Budget(step[name], train_steps, train_step_fraction,
-                                           l1_sparsity))  # fmt: skip
+            name: make_attack(
+                name, Budget(step[name], train_steps, train_step_fraction, l1_sparsity)
+            )  # fmt: skip
             for name in tasks
         }
         self.eval_attacks = {
-            name: make_attack(name, Budget(step[name], eval_steps, eval_step_fraction,
-                                           l1_sparsity))  # fmt: skip
+            name: make_attack(
+                name, Budget(step[name], eval_steps, eval_step_fraction, l1_sparsity)
+            )  # fmt: skip
             for name in tasks
         }
         for name in eval_extra:
@@ -112,10 +114,21 @@ class LrrfModule(LightningModule):
         self._reset_sequence_state()
 
     # ------------------------------------------------------------------ sequence state
+    # The frozen networks are kept out of the module's registry: Lightning's ``model.train()``
+    # must not switch their batch norm to training (and they travel in ``lrrf_sequence``).
+    @property
+    def accumulated(self) -> torch.nn.Module | None:
+        """[R4] the accumulated network g_bar (the whole network, frozen, eval mode)."""
+        return self._frozen["accumulated"]
+
+    @property
+    def old_model(self) -> torch.nn.Module | None:
+        """The previous task's end point (the LwF / AIR teacher)."""
+        return self._frozen["old_model"]
+
     def _reset_sequence_state(self) -> None:
         self.tasks_done = 0
-        self.accumulated: torch.nn.Module | None = None  # [R4] g_bar (the whole network)
-        self.old_model: torch.nn.Module | None = None  # LwF / AIR teacher
+        self._frozen: dict[str, torch.nn.Module | None] = {"accumulated": None, "old_model": None}
         self.buffer: dict[str, torch.Tensor] = {}  # [R6] x, y, task (+ x_adv, logits for DER++)
         self.fisher: dict[str, torch.Tensor] = {}
         self.anchors: dict[str, torch.Tensor] = {}
@@ -131,8 +144,9 @@ class LrrfModule(LightningModule):
             "buffer": self.buffer,
             "fisher": self.fisher,
             "anchors": self.anchors,
-            "task_end_correct": {k: [torch.from_numpy(a) for a in v]
-                                 for k, v in self.task_end_correct.items()},  # fmt: skip
+            "task_end_correct": {
+                k: [torch.from_numpy(a) for a in v] for k, v in self.task_end_correct.items()
+            },  # fmt: skip
             "diagnostics": self.diagnostics,
             "running": self._running,
         }
@@ -142,12 +156,23 @@ class LrrfModule(LightningModule):
         if state is None:
             return
         self.tasks_done = state["tasks_done"]
-        self.accumulated = self._frozen_copy(state["accumulated"])
-        self.old_model = self._frozen_copy(state["old_model"])
+        for name in self._frozen:
+            self._frozen[name] = self._frozen_copy(state[name])
         self.buffer, self.fisher, self.anchors = state["buffer"], state["fisher"], state["anchors"]
         self.task_end_correct = {k: [a.numpy() for a in v]
                                  for k, v in state["task_end_correct"].items()}  # fmt: skip
         self.diagnostics, self._running = state["diagnostics"], state["running"]
+
+    def on_train_batch_start(self, batch, batch_idx) -> None:
+        # Re-seed from the optimizer step (after papers_gpu's SeedEveryStep, which keys on
+        # epoch and batch index: a run resumed from an epoch-end checkpoint restarts Lightning's
+        # count at (epoch e-1, batch n), so its attack starts and replay draws would differ).
+        seed_all_generators(derived_seed(run_seed(), self.global_rank, self.global_step, 7))
+
+    def on_train_start(self) -> None:
+        for name, net in self._frozen.items():  # restored on the CPU before the module moved
+            if net is not None:
+                self._frozen[name] = net.to(self.device)
 
     def _frozen_copy(self, state: dict | None = None) -> torch.nn.Module | None:
         if state is None:
@@ -170,7 +195,9 @@ class LrrfModule(LightningModule):
     def setup(self, stage: str) -> None:
         # The sequence bounds training: T x epochs_per_task epochs unless max_steps is given.
         if stage == "fit" and self.trainer.max_steps == -1:
-            self.trainer.fit_loop.max_epochs = len(self.hparams.tasks) * self.hparams.epochs_per_task
+            self.trainer.fit_loop.max_epochs = (
+                len(self.hparams.tasks) * self.hparams.epochs_per_task
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -287,11 +314,11 @@ class LrrfModule(LightningModule):
             previous = None if self.accumulated is None else self.accumulated.state_dict()
             state = core.accumulate(previous, self.net.state_dict(), self.tasks_done,
                                     h.ctir_rule, h.ctir_ema)  # fmt: skip
-            self.accumulated = self._frozen_copy(state)
+            self._frozen["accumulated"] = self._frozen_copy(state)
         if h.method in REPLAY:
             self._update_buffer(data.train_set.tensors, task)
         if h.method in OLD_MODEL:
-            self.old_model = self._frozen_copy(self.net.state_dict())
+            self._frozen["old_model"] = self._frozen_copy(self.net.state_dict())
         if h.method == "ewc":
             x, y = data.train_set.tensors
             x, y = x[: 4 * h.replay_batch * 4].to(self.device), y[: 4 * h.replay_batch * 4]
@@ -311,8 +338,8 @@ class LrrfModule(LightningModule):
                     continue
                 correct = self.evaluate(x, y, list(h.tasks), seed=1000 * task + 7)
                 self.task_end_correct[split].append(correct)
-                for j, name in enumerate(["clean", *h.tasks]):
-                    self.log(f"{split}/R_{task}_{name}", float(correct[j].mean()))
+                for j, name in enumerate(["clean", *h.tasks]):  # the latest row of R
+                    self.log(f"{split}/R_row_{name}", float(correct[j].mean()))
 
     def _update_buffer(self, tensors: tuple[torch.Tensor, torch.Tensor], task: int) -> None:
         """[R6] Class-balanced slots shared by the tasks seen; DER++ also stores the adversarial
@@ -344,7 +371,10 @@ class LrrfModule(LightningModule):
         self.net.eval()
         rows = []
         for start in range(0, len(y), batch):
-            xb, yb = x[start : start + batch].to(self.device), y[start : start + batch].to(self.device)
+            xb, yb = (
+                x[start : start + batch].to(self.device),
+                y[start : start + batch].to(self.device),
+            )
             with torch.no_grad():
                 row = [self.net(xb).argmax(1) == yb]
             for j, name in enumerate(attacks):
