@@ -12,7 +12,7 @@ def two_threads(tmp_path, monkeypatch):
 @pytest.fixture
 def tiny_args(tmp_path):
     """Flags that shrink configs/default.yaml to seconds: CPU, 2 batches a task (one epoch each),
-    4 tasks, 64 evaluation images, no logger."""
+    4 tasks, 64 test images, no logger."""
     return [
         "--trainer.accelerator=cpu",
         "--trainer.logger=false",
@@ -24,6 +24,7 @@ def tiny_args(tmp_path):
         "--model.eval_steps=3",
         "--model.buffer_size=40",
         "--model.replay_batch=8",
-        "--data.n_eval=64",
+        "--data.n_val=32",
+        "--data.n_test=64",
         "--data.batch_size=16",
     ]

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, OpenUnitInterval, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 
 from lrrf import core
@@ -57,7 +57,7 @@ class LrrfModule(LightningModule):
         eps_l2: PositiveFloat = 0.8,
         eps_l1: PositiveFloat = 2.5,
         eps_fgsm: PositiveFloat = 0.2,
-        l1_sparsity: PositiveFloat = 0.1,
+        l1_sparsity: OpenUnitInterval = 0.1,
         train_steps: PositiveInt = 5,
         train_step_fraction: PositiveFloat = 0.4,
         eval_steps: PositiveInt = 10,
@@ -69,7 +69,7 @@ class LrrfModule(LightningModule):
         drm_class_means: bool = True,
         lam_ctir: NonNegativeFloat = 1.0,
         ctir_rule: Literal["mean", "ema"] = "mean",
-        ctir_ema: PositiveFloat = 0.5,
+        ctir_ema: OpenUnitInterval = 0.5,
         ctir_gram: NonNegativeFloat = 1.0,
         lam_kco: NonNegativeFloat = 1.0,
         kco_temperature: PositiveFloat = 0.5,
