@@ -151,3 +151,20 @@ def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):
     monkeypatch.setattr(claim, "fit", lambda *a, **k: pytest.fail("trained before validating"))
     with pytest.raises(ValueError, match="at least 3 seeds"):
         run_claim_experiment(["--out", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("method", ["seq_at", "joint_at", "er", "lwf", "ewc", "derpp", "air"])
+def test_every_baseline_runs_and_keeps_its_memory(tiny_args, method):
+    """Two tasks of each baseline through the module; what it carries across tasks exists."""
+    args = [*tiny_args, f"--model.method={method}", "--trainer.max_steps=4",
+            "--model.evaluate_tasks=false"]  # fmt: skip
+    model = train(args).model
+    assert model.tasks_done == 2 and model.accumulated is None
+    assert bool(model.buffer) == (method in ("er", "derpp"))
+    assert (model.old_model is not None) == (method in ("lwf", "air"))
+    assert bool(model.fisher) == (method == "ewc")
+    if method == "derpp":
+        assert model.buffer["logits"].shape == (len(model.buffer["y"]), 10)
+    if method == "ewc":
+        assert all(f.min() >= 0 for f in model.fisher.values())
+        assert sum(f.sum() for f in model.fisher.values()) > 0

@@ -78,6 +78,7 @@ class LrrfModule(LightningModule):
         replay_batch: PositiveInt = 16,
         reg_weight: NonNegativeFloat = 1.0,
         derpp_beta: NonNegativeFloat = 0.5,
+        fisher_samples: PositiveInt = 256,
         air_noise: PositiveFloat = 0.1,
         lr: PositiveFloat = 0.05,
         weight_decay: NonNegativeFloat = 5e-4,
@@ -321,7 +322,7 @@ class LrrfModule(LightningModule):
             self._frozen["old_model"] = self._frozen_copy(self.net.state_dict())
         if h.method == "ewc":
             x, y = data.train_set.tensors
-            x, y = x[: 4 * h.replay_batch * 4].to(self.device), y[: 4 * h.replay_batch * 4]
+            x, y = x[: h.fisher_samples].to(self.device), y[: h.fisher_samples]
             x_adv = self.craft(x, y.to(self.device), task)
             with torch.enable_grad():
                 fisher = empirical_fisher(self.net, x_adv, y.to(self.device), h.replay_batch)
