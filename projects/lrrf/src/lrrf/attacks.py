@@ -73,7 +73,7 @@ def sparse_l1_pgd(
     return (flat + delta.detach()).view_as(x)
 
 
-def _torchattack(name: str, model: torch.nn.Module, budget: Budget):
+def _torchattack(name: str, model: torch.nn.Module, budget: Budget, num_classes: int):
     alpha = budget.step_fraction * budget.eps
     if name == "linf":
         return torchattacks.PGD(
@@ -89,11 +89,14 @@ def _torchattack(name: str, model: torch.nn.Module, budget: Budget):
         return torchattacks.Square(
             model, eps=budget.eps, n_queries=budget.steps, n_restarts=1, seed=0
         )
-    return torchattacks.AutoAttack(model, norm="Linf", eps=budget.eps, n_classes=10, seed=0)
+    return torchattacks.AutoAttack(
+        model, norm="Linf", eps=budget.eps, n_classes=num_classes, seed=0
+    )
 
 
-def make_attack(name: str, budget: Budget) -> Callable[..., torch.Tensor]:
-    """``attack(model, x, y, seed=None) -> x_adv`` for an attack of ``ATTACKS``."""
+def make_attack(name: str, budget: Budget, num_classes: int = 10) -> Callable[..., torch.Tensor]:
+    """``attack(model, x, y, seed=None) -> x_adv`` for an attack of ``ATTACKS`` (``num_classes``
+    matters only to AutoAttack's targeted and FAB parts)."""
     if name not in ATTACKS:
         raise ConfigError(f"unknown attack {name!r}; choose from {', '.join(ATTACKS)}")
     if not budget.eps > 0:
@@ -116,7 +119,7 @@ def make_attack(name: str, budget: Budget) -> Callable[..., torch.Tensor]:
                 if name == "l1":
                     x_adv = sparse_l1_pgd(model, x, y, budget)
                 else:
-                    x_adv = _torchattack(name, model, budget)(x, y)
+                    x_adv = _torchattack(name, model, budget, num_classes)(x, y)
         finally:
             model.train(was_training)
         return x_adv.detach()

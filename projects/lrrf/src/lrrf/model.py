@@ -111,7 +111,7 @@ class LrrfModule(LightningModule):
         }
         for name in eval_extra:
             steps = square_queries if name == "square" else eval_steps
-            self.eval_attacks[name] = make_attack(name, Budget(eps_linf, steps))
+            self.eval_attacks[name] = make_attack(name, Budget(eps_linf, steps), classes)
         self._reset_sequence_state()
 
     # ------------------------------------------------------------------ sequence state
