@@ -1,0 +1,163 @@
+"""Value tests of the default losses, the L1 projection, the buffer and the metrics."""
+
+import numpy as np
+import pytest
+import torch
+
+from lrrf import core
+
+
+def test_drm_is_zero_for_identical_batches_and_grows_with_a_shift():
+    torch.manual_seed(0)
+    z = torch.randn(32, 8)
+    y = torch.arange(32) % 4
+    assert core.drm_loss(z, z.clone(), y).item() == pytest.approx(0.0, abs=1e-6)
+    losses = [core.drm_loss(z, z + shift, y).item() for shift in (0.1, 0.5, 2.0)]
+    assert 0 < losses[0] < losses[1] < losses[2]
+    # the class-mean term alone: a shift of s in every coordinate gives ||s 1||^2 = 8 s^2
+    assert core.class_mean_gap(z, z + 0.5, y).item() == pytest.approx(8 * 0.25, rel=1e-5)
+    # DRM works on normalised features: a rescaled batch is already aligned
+    assert core.drm_loss(z, 3.0 * z, y).item() == pytest.approx(0.0, abs=1e-6)
+    # without class means only the MMD of the normalised features remains
+    u, v = (torch.nn.functional.normalize(a, dim=1) for a in (z, z + 0.5))
+    assert core.drm_loss(z, z + 0.5, y, class_means=False).item() == pytest.approx(
+        core.gaussian_mmd2(u, v).item()
+    )
+
+
+def test_mmd_matches_a_hand_computation():
+    x = torch.tensor([[0.0], [1.0]])
+    y = torch.tensor([[2.0]])
+    # pooled squared distances: 1, 4, 1 -> median 1; kernel sum_s exp(-d / s)
+    k = lambda d: sum(np.exp(-d / s) for s in (0.5, 1.0, 2.0))  # noqa: E731
+    kxx = (2 * k(0) + 2 * k(1)) / 4
+    kyy = k(0)
+    kxy = (k(4) + k(1)) / 2
+    assert core.gaussian_mmd2(x, y).item() == pytest.approx(kxx + kyy - 2 * kxy, rel=1e-5)
+
+
+def test_drm_weight_follows_the_clean_robust_gap():
+    clean = torch.tensor([1, 1, 1, 1])
+    adv = torch.tensor([1, 0, 0, 0])
+    assert core.drm_weight(2.0, clean, adv, dynamic=True) == pytest.approx(2.0 * 0.75)
+    assert core.drm_weight(2.0, adv, clean, dynamic=True) == 0.0  # clamped at 0
+    assert core.drm_weight(2.0, clean, adv, dynamic=False) == 2.0
+
+
+def test_ctir_is_zero_when_the_networks_agree_and_scale_free():
+    torch.manual_seed(1)
+    z = torch.randn(16, 8)
+    assert core.ctir_loss(z, z.clone()).item() == pytest.approx(0.0, abs=1e-7)
+    assert core.ctir_loss(z, 3.0 * z).item() == pytest.approx(0.0, abs=1e-6)  # normalised
+    other = torch.randn(16, 8)
+    assert core.ctir_loss(z, other).item() > 0.1
+    # pointwise part by hand, gram weight 0
+    u = z / z.norm(dim=1, keepdim=True)
+    v = other / other.norm(dim=1, keepdim=True)
+    expected = ((u - v) ** 2).sum(1).mean()
+    assert core.ctir_loss(z, other, gram_weight=0.0).item() == pytest.approx(expected.item())
+
+
+def test_accumulated_network_is_the_average_of_three_task_end_points():
+    points = [{"w": torch.tensor([float(i), 2.0 * i]), "n": torch.tensor(i)} for i in (1, 4, 7)]
+    acc = None
+    for t, point in enumerate(points, start=1):
+        acc = core.accumulate(acc, point, t, "mean")
+    assert torch.allclose(acc["w"], torch.tensor([4.0, 8.0]))
+    assert acc["n"].item() == 7  # integer counters take the current value
+    ema = None
+    for t, point in enumerate(points, start=1):
+        ema = core.accumulate(ema, point, t, "ema", ema=0.5)
+    assert torch.allclose(
+        ema["w"],
+        torch.tensor([0.25 * 1 + 0.25 * 4 + 0.5 * 7] * 1 + [2 * (0.25 * 1 + 0.25 * 4 + 0.5 * 7)]),
+    )
+
+
+def test_supcon_and_kco_match_a_hand_computation():
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    z_adv = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    y = torch.tensor([0, 1])
+    temperature = 0.5
+    # items: a0=(1,0) c0, a1=(0,1) c1, a2=(1,0) c0, a3=(0,1) c1; similarities 1 or 0
+    # for each i: positive sim 1, others (two items) sim 0 -> -log(e^2 / (e^2 + 2))
+    per_item = -np.log(np.exp(2) / (np.exp(2) + 2))
+    assert core.supervised_contrastive(torch.cat([z, z_adv]), torch.cat([y, y]), temperature
+                                       ).item() == pytest.approx(per_item, rel=1e-5)  # fmt: skip
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    ce = torch.nn.functional.cross_entropy(logits, y).item()
+    loss = core.kco_loss(z, z_adv, logits, logits, y, temperature).item()
+    assert loss == pytest.approx(per_item + 2 * ce, rel=1e-5)
+
+
+def reference_l1_projection(v: np.ndarray, radius: float) -> np.ndarray:
+    """Duchi et al.'s algorithm, one vector, written plainly."""
+    if np.abs(v).sum() <= radius:
+        return v.copy()
+    mu = np.sort(np.abs(v))[::-1]
+    cumulative = np.cumsum(mu)
+    rho = max(j for j in range(len(mu)) if mu[j] - (cumulative[j] - radius) / (j + 1) > 0)
+    theta = (cumulative[rho] - radius) / (rho + 1)
+    return np.sign(v) * np.maximum(np.abs(v) - theta, 0)
+
+
+def test_l1_projection_matches_the_sort_based_reference():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(50, 20)) * rng.uniform(0.1, 3, size=(50, 1))
+    for radius in (0.5, 2.0, 10.0):
+        got = core.project_l1_ball(torch.from_numpy(v), radius).numpy()
+        want = np.stack([reference_l1_projection(row, radius) for row in v])
+        np.testing.assert_allclose(got, want, atol=1e-10)
+        assert (np.abs(got).sum(1) <= radius + 1e-9).all()
+
+
+def test_sparse_direction_moves_the_top_coordinates_with_unit_l1_norm():
+    grad = torch.tensor([[0.1, -3.0, 0.2, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    d = core.sparse_l1_direction(grad, 0.2)
+    assert torch.allclose(d, torch.tensor([[0, -0.5, 0, 0.5, 0, 0, 0, 0, 0, 0]]))
+
+
+def test_buffer_stays_class_balanced_across_tasks():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 30)
+    per_class = 6
+    tasks = np.zeros(0, np.int64)
+    stored = np.zeros(0, np.int64)
+    for t in range(1, 4):
+        keep, add = core.merge_buffer(tasks, stored, labels, per_class, t, rng)
+        stored = np.concatenate([stored[keep], labels[add]])
+        tasks = np.concatenate([tasks[keep], np.full(len(add), t - 1)])
+        counts = np.bincount(stored, minlength=10)
+        assert (counts == per_class).all(), counts
+        for c in range(10):  # each task seen holds per_class // t or more slots of the class
+            shares = np.bincount(tasks[stored == c], minlength=t)
+            assert shares.min() >= per_class // t and shares.sum() == per_class
+
+
+def test_matrix_metrics_match_a_hand_computed_matrix():
+    r = np.array([[0.8, 0.2, 0.1], [0.6, 0.7, 0.3], [0.5, 0.4, 0.9]])
+    assert core.average_accuracy(r) == pytest.approx((0.5 + 0.4 + 0.9) / 3)
+    # forgetting: attack 0: max(0.8, 0.6) - 0.5 = 0.3; attack 1: 0.7 - 0.4 = 0.3
+    assert core.average_forgetting(r) == pytest.approx(0.3)
+    # bwt: (0.5 - 0.8 + 0.4 - 0.7) / 2
+    assert core.backward_transfer(r) == pytest.approx(-0.3)
+
+
+def test_per_item_metrics_average_to_the_matrix_metrics():
+    rng = np.random.default_rng(3)
+    correct = rng.integers(0, 2, size=(4, 4, 200))
+    r = correct.mean(-1)
+    items = core.per_item_metrics(correct)
+    assert items["aa"].mean() == pytest.approx(core.average_accuracy(r))
+    assert items["forgetting"].mean() == pytest.approx(core.average_forgetting(r))
+    assert items["bwt"].mean() == pytest.approx(core.backward_transfer(r))
+
+
+def test_ewc_penalty_and_distillation_values():
+    w = torch.tensor([1.0, 2.0])
+    penalty = core.ewc_penalty([("w", w)], {"w": torch.tensor([0.0, 0.0])},
+                               {"w": torch.tensor([2.0, 1.0])})  # fmt: skip
+    assert penalty.item() == pytest.approx(0.5 * (2 * 1 + 1 * 4))
+    logits = torch.randn(4, 3)
+    assert core.distillation_kl(logits, logits).item() == pytest.approx(0.0, abs=1e-6)
+    assert core.distillation_kl(logits, -logits).item() > 0
