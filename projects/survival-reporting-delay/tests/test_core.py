@@ -25,7 +25,7 @@ from survival_delay.fitting import (
 )
 from survival_delay.hazards import PHComponent, make_family
 from survival_delay.simulate import Truth, simulate_cohort, simulate_study
-from survival_delay.transfer import transfer, two_step_covariance
+from survival_delay.transfer import fit_joint, transfer, two_step_covariance
 
 F64 = torch.float64
 BASELINES = {
@@ -164,19 +164,23 @@ def test_quadrature_of_the_unreported_probability_matches_monte_carlo():
         assert math.exp(log_s.item()) == pytest.approx(np.mean(t > exposure), abs=0.003)
 
 
-@pytest.mark.parametrize(("window", "exposure"), [(0.4, 0.4), (0.45, 0.3)])
-def test_e_step_sampler_matches_the_analytic_posterior(window, exposure):
+@pytest.mark.parametrize(
+    ("window", "exposure", "gamma"), [(0.4, 0.4, 0.0), (0.45, 0.3, 0.0), (0.45, 0.3, 1.5)]
+)
+def test_e_step_sampler_matches_the_analytic_posterior(window, exposure, gamma):
     """(0.45, 0.3): the reporting window c runs past the exposure end c' (a lapse), so the
-    posterior weight of t is S_D(c - t), not S_D(c' - t); a wrong lag moves the whole CDF."""
+    posterior weight of t is S_D(c - t), not S_D(c' - t); a wrong lag moves the whole CDF.
+    gamma = 1.5: a target's shift changes the shape of the event density, not only pi."""
     truth = Truth()
     model = JointModel.build(1)
     theta, phi = truth.theta(), truth.phi()
     cohort = _one_subject(window, exposure)
-    z, t = sample_posterior(model, theta, phi, cohort, 40_000, torch.Generator().manual_seed(0))
-    pi = model.posterior_event_prob(theta, phi, cohort).item()
+    generator = torch.Generator().manual_seed(0)
+    z, t = sample_posterior(model, theta, phi, cohort, 40_000, generator, gamma)
+    pi = model.posterior_event_prob(theta, phi, cohort, gamma).item()
     assert z.double().mean().item() == pytest.approx(pi, abs=4 * math.sqrt(pi * (1 - pi) / 40_000))
     # pi by its definition (Eq. E1) with I (Eq. M2) integrated by scipy: c, not c', in S_D.
-    lp = 0.5 * 0.3
+    lp = 0.5 * 0.3 + gamma
 
     def f_t(v):
         h = (v / truth.alpha) ** truth.rho * math.exp(lp)
@@ -189,13 +193,36 @@ def test_e_step_sampler_matches_the_analytic_posterior(window, exposure):
     grid = torch.linspace(0, exposure, 20_001, dtype=F64)
     x = cohort.x.expand(len(grid), 1)
     density = (
-        model.event.log_density(theta, grid, x) + model.delay.log_survival(phi, window - grid, x)
+        model.event.log_density(theta, grid, x, gamma)
+        + model.delay.log_survival(phi, window - grid, x)
     ).exp()
     cdf = torch.cumulative_trapezoid(density, grid)
     cdf = torch.cat([cdf.new_zeros(1), cdf / cdf[-1]]).numpy()
     draws = t[0].numpy()
     result = stats.kstest(draws, lambda v: np.interp(v, grid.numpy(), cdf))
     assert result.statistic < 0.012  # 40k draws: the KS 1% critical value is ~0.008 + grid error
+
+
+def _join(a, b):
+    return None if a is None else torch.cat([a, b])
+
+
+def test_e_step_leaves_reported_subjects_out_and_draws_each_subject_apart():
+    """Reported subjects get Z = 0 and T = 0; two identical unreported subjects get their own
+    time draws (T given Z = 1 is drawn for every draw; the within-cell jitter per subject)."""
+    truth = Truth()
+    model = JointModel.build(1)
+    twins = _one_subject(0.45, 0.3).subset([0, 0])
+    reported = _one_subject(0.45, 0.3)
+    reported.reported[:] = True
+    reported.event_time[:], reported.delay[:] = 0.1, 0.05
+    fields = Cohort.__dataclass_fields__
+    cohort = Cohort(*(_join(getattr(twins, f), getattr(reported, f)) for f in fields))
+    z, t = sample_posterior(
+        model, truth.theta(), truth.phi(), cohort, 2000, torch.Generator().manual_seed(1)
+    )
+    assert not z[2].any() and bool((t[2] == 0).all())
+    assert bool((t[:2] > 0).all()) and bool((t[0] != t[1]).all())
 
 
 def test_marginal_loglik_gradient_matches_finite_differences():
@@ -224,6 +251,23 @@ def test_mcem_agrees_with_the_direct_fit():
     for block in ("theta", "phi"):
         assert torch.allclose(mcem.blocks[block], direct[block], atol=0.02), block
     assert mcem.converged
+
+
+def test_fit_joint_dispatches_to_each_estimator_with_its_prior():
+    sim = simulate_cohort(400, (0.3, 2.0), Truth(), 0.0, np.random.default_rng(8))
+    model = JointModel.build(1)
+    schedule = MCEMSchedule(max_draws=50, max_iter=3)
+    via = fit_joint(model, sim.cohort, "mcem", schedule=schedule, seed=4)
+    direct = fit_mcem(model, sim.cohort, schedule=schedule, seed=4).blocks
+    for block in ("theta", "phi"):
+        torch.testing.assert_close(via[block], direct[block])
+    start = {**fit_direct(model, sim.cohort), "gamma": torch.full((1,), 0.0, dtype=F64)}
+    for sd in (None, 0.05):
+        shifted = fit_joint(model, sim.cohort, "direct", start, ("gamma",), gamma_prior_sd=sd)
+        alone = fit_direct(model, sim.cohort, start, ("gamma",), gamma_prior_sd=sd)
+        torch.testing.assert_close(shifted["gamma"], alone["gamma"])
+    with pytest.raises(ValueError, match="fitting method"):
+        fit_joint(model, sim.cohort, "newton")
 
 
 def test_transfer_estimates_the_shift_and_the_ibnr_count():
@@ -367,6 +411,17 @@ def test_two_step_variance_of_the_transfer_matches_a_two_stage_bootstrap():
     )
     target_only = two_step_covariance(model, target.cohort, fit.target, 0 * source_cov)
     assert cov[-1, -1] > 1.2 * target_only[-1, -1]
+    # the target-only part by hand: sum of squared gamma scores over the squared curvature of
+    # Eq. (T1), the N(0, 1) prior's -1 included
+    gamma = fit.target["gamma"].clone().requires_grad_()
+    per_subject = model.loglik(
+        fit.target["theta"], fit.target["phi"], target.cohort, gamma, per_subject=True
+    )
+    scores = torch.stack([torch.autograd.grad(v, gamma, retain_graph=True)[0] for v in per_subject])
+    (grad,) = torch.autograd.grad(per_subject.sum(), gamma, create_graph=True)
+    (curvature,) = torch.autograd.grad(grad.sum(), gamma)
+    expected = scores.square().sum() / (curvature - 1.0).square()
+    torch.testing.assert_close(target_only[-1, -1], expected.squeeze())
     assert torch.allclose(cov, cov.T) and bool((torch.linalg.eigvalsh(cov) > 0).all())
 
 

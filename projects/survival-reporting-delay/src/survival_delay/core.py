@@ -27,7 +27,7 @@ number of occurred-but-unreported events at tau is sum_unrep pi_i (R2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -198,9 +198,6 @@ class JointModel:
     def expected_ibnr(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:
         """Eq. (R2): expected number of occurred-but-unreported events, sum_unrep pi_i."""
         return self.posterior_event_prob(theta, phi, cohort, gamma).sum()
-
-    def without_delay_covariates(self) -> JointModel:
-        return replace(self, delay=PHComponent(self.delay.family, 0))
 
 
 @lru_cache
