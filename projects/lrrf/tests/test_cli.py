@@ -90,7 +90,7 @@ def test_checkpoint_holds_the_sequence_state(tiny_args, tmp_path):
         cli.trainer.checkpoint_callback.last_model_path
         or cli.trainer.checkpoint_callback.best_model_path
     )
-    state = torch.load(path, weights_only=False)["lrrf_sequence"]
+    state = torch.load(path, weights_only=True)["lrrf_sequence"]
     assert state["tasks_done"] == 2 and state["accumulated"] is not None
     assert len(state["buffer"]["y"]) == 40 and len(state["task_end_correct"]["test"]) == 2
 
