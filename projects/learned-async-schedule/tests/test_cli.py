@@ -124,12 +124,6 @@ def test_resuming_after_the_probe_keeps_f_star_and_the_trained_network(tiny_args
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: parameters differ by up to 1e-2 after 8 + 8 steps vs 16 straight, with "
-    "the step-keyed training order; suspect next: the diffusion noise, re-seeded by SeedEveryStep "
-    "from (epoch, batch index), which Lightning restores differently after an epoch-end checkpoint",
-)
 @pytest.mark.parametrize("probe_steps", [3, 12], ids=["resume_after_probe", "resume_in_probe"])
 def test_resume_continues_exactly_across_the_probe(tiny_args, tmp_path, probe_steps):
     """16 steps straight vs 8 + resume + 8 (8 batches per epoch). probe_steps=3: the checkpoint

@@ -150,9 +150,13 @@ def test_user_errors_print_a_paragraph_not_a_traceback(capsys, monkeypatch):
         raise KeyError("bug")
 
 
-def test_reproduce_parser_defaults_to_project_results(project):
-    args = reproduce_parser("demo", project_file=project / "src" / "demo" / "cli.py").parse_args([])
+def test_reproduce_parser_defaults_to_project_results(project, tmp_path):
+    parser = reproduce_parser("demo", project_file=project / "src" / "demo" / "cli.py")
+    args = parser.parse_args([])
     assert args.out == project / "results" and args.seed == 0 and not args.quick
+    # a quick run never overwrites the committed record of the full one
+    assert parser.parse_args(["--quick"]).out == project / "results" / "quick"
+    assert parser.parse_args(["--quick", f"--out={tmp_path}"]).out == tmp_path
 
 
 def test_find_project_walks_up(project):

@@ -4,6 +4,7 @@ resume check."""
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 from papers_cli import cli_main
 from papers_cli.lightning_cli import PapersProgressBar
 from papers_cli.testing import check_resume, check_summaries
-from papers_gpu import SeedEveryStep
+from papers_gpu import SeedEveryStep, derived_seed
 
 
 @pytest.fixture
@@ -28,8 +29,16 @@ def project(tmp_path, monkeypatch):
     return root
 
 
-def run(project, *args, model=BoringModel):
-    return cli_main(model, BoringDataModule, project_file=project / "cli.py", args=list(args))
+def run(project, *args, model=BoringModel, data=BoringDataModule):
+    return cli_main(model, data, project_file=project / "cli.py", args=list(args))
+
+
+class SameBatchesData(BoringDataModule):
+    """Every batch holds the same values, so only the noise a model draws can tell batches
+    apart (Lightning's restarted epoch re-reads a plain loader's first batch after a resume)."""
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.ones(64, 32), batch_size=2)
 
 
 class AdamModel(BoringModel):
@@ -118,8 +127,12 @@ def test_check_resume_asks_for_a_checkpoint_at_an_epoch_end(project, tmp_path):
 
 
 class FakeTrainer:
-    def __init__(self, rank, epoch=0):
-        self.global_rank, self.current_epoch = rank, epoch
+    """What SeedEveryStep reads: rank, batches per epoch and the count of batches so far."""
+
+    def __init__(self, rank, epoch=0, batch=0, per_epoch=10):
+        self.global_rank, self.num_training_batches = rank, per_epoch
+        index = epoch * per_epoch + batch if per_epoch != float("inf") else batch
+        self.fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(total_batch_idx=index))
 
 
 def test_ranks_draw_different_noise_and_reruns_repeat_it(monkeypatch):
@@ -127,14 +140,34 @@ def test_ranks_draw_different_noise_and_reruns_repeat_it(monkeypatch):
     callback = SeedEveryStep()
     callback.on_fit_start(None, None)
 
-    def draw(rank, epoch, batch):
-        callback.on_train_batch_start(FakeTrainer(rank, epoch), None, None, batch)
+    def draw(rank, epoch, batch, per_epoch=10):
+        callback.on_train_batch_start(FakeTrainer(rank, epoch, batch, per_epoch), None, None, batch)
         return torch.rand(4)
 
     assert not torch.equal(draw(0, 0, 3), draw(1, 0, 3))
     assert not torch.equal(draw(0, 0, 3), draw(0, 0, 4))
     assert not torch.equal(draw(0, 0, 3), draw(0, 1, 3))
     assert torch.equal(draw(1, 2, 5), draw(1, 2, 5))
+    assert not torch.equal(draw(0, 0, 3, float("inf")), draw(0, 0, 4, float("inf")))
+    # the key is the uninterrupted run's (epoch, batch index), the one the committed runs used
+    drawn = draw(1, 2, 5)
+    torch.manual_seed(derived_seed(7, 1, 2, 5))
+    assert torch.equal(drawn, torch.rand(4))
+    callback.on_train_epoch_start(FakeTrainer(0, 3, -1), None)  # the next batch opens epoch 3
+    epoch_start = torch.rand(4)
+    torch.manual_seed(derived_seed(7, 0, 3, -1))
+    assert torch.equal(epoch_start, torch.rand(4))
+
+
+def test_noise_resumes_exactly_from_a_checkpoint_written_at_an_epoch_end(project, tmp_path):
+    """Without validation the checkpoint is written after the epoch's last batch and before
+    Lightning closes the epoch; the resumed run then numbers its first batch past the restored
+    epoch's end, so noise keyed on Lightning's (epoch, batch_idx) would differ from the
+    uninterrupted run's."""
+    train = lambda argv: run(project, *argv, model=AdamModel, data=SameBatchesData)  # noqa: E731
+    args = [*EPOCH_OF_4, "--trainer.limit_val_batches=0"]
+    differences = check_resume(train, args, 8, tmp_path / "r")
+    assert differences["parameters"] < 1e-6
 
 
 def test_check_summaries_catches_ranks_drawing_the_same_noise():

@@ -200,3 +200,95 @@ def test_a_resumed_fit_reads_the_same_batches_from_an_epoch_shuffle(tmp_path):
                 assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(n))
             else:
                 assert len(set(epochs[0])) == len(set(epochs[1])) == per_epoch
+
+
+def test_epoch_shuffle_shards_the_padded_shuffle_across_ranks():
+    """Ranks read interleaved positions of one shuffle padded to a multiple of the world size:
+    equal counts, every item read, and an epoch resumed mid-shuffle continues every rank."""
+    from papers_data import EpochShuffle
+
+    position = {"now": 0}
+
+    def ranks(n, world):
+        return [
+            EpochShuffle(n, 2, lambda: position["now"], replicas=lambda r=r: (r, world))
+            for r in range(world)
+        ]
+
+    whole = list(EpochShuffle(21, 2, lambda: 0))
+    streams = [list(s) for s in ranks(21, 2)]
+    assert streams[0] == whole[0::2] and streams[1] == [*whole[1::2], whole[0]]  # padded
+    assert [len(s) for s in ranks(21, 2)] == [11, 11]
+    assert [len(s) for s in ranks(3, 4)] == [1, 1, 1, 1]  # fewer items than ranks: repeats
+    assert {i for s in ranks(3, 4) for i in s} == {0, 1, 2}
+    position["now"] = 8  # 2 steps of 2 ranks x batch 2 drawn, then a resume
+    assert [list(s) for s in ranks(21, 2)] == [streams[0][4:], streams[1][4:]]
+    position["now"] = 21  # the next epoch
+    assert list(ranks(21, 2)[0]) != streams[0]
+
+
+DDP_SCRIPT = """
+import json, sys
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from papers_data import EpochShuffle, drawn_by_trainer
+
+class Record(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.seen = []
+    def training_step(self, batch, _):
+        self.seen.extend(batch[0].tolist())
+        return (self.w - 1).pow(2).sum()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+class Data(L.LightningDataModule):
+    def train_dataloader(self):
+        order = EpochShuffle(21, 5, drawn_by_trainer(self, 21, 4))
+        return DataLoader(TensorDataset(torch.arange(21)), batch_size=4, sampler=order)
+
+steps, root, ckpt = int(sys.argv[1]), sys.argv[2], sys.argv[3] or None
+trainer = L.Trainer(max_steps=steps, max_epochs=-1, accelerator="cpu", devices=2,
+    strategy="ddp", logger=False, enable_progress_bar=False, enable_model_summary=False,
+    default_root_dir=root, limit_val_batches=0)
+model = Record()
+trainer.fit(model, datamodule=Data(), ckpt_path=ckpt)
+with open(f"{root}/seen{trainer.global_rank}.json", "w") as f:
+    json.dump(model.seen, f)
+"""
+
+
+def test_epoch_shuffle_under_ddp_resumes_mid_epoch_on_every_rank(tmp_path):
+    """Two CPU processes, 21 items, batch 4: 3 steps per epoch, each rank 11 items. 6 steps
+    straight vs 4 (a checkpoint one step into the second epoch) + resume: every rank reads the
+    same items, and each epoch covers every item."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_fit.py"
+    script.write_text(DDP_SCRIPT)
+
+    def fit(steps, name, ckpt=""):
+        root = tmp_path / name
+        root.mkdir()
+        env = {**os.environ, "PL_DISABLE_FORK": "1", "OMP_NUM_THREADS": "1"}
+        result = subprocess.run(
+            [sys.executable, str(script), str(steps), str(root), str(ckpt)],
+            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        return root, [json.loads((root / f"seen{r}.json").read_text()) for r in range(2)]
+
+    _, straight = fit(6, "straight")
+    half_root, half = fit(4, "half")
+    checkpoint = max(half_root.rglob("*.ckpt"), key=os.path.getmtime)
+    _, rest = fit(6, "resumed", checkpoint)
+    assert [h + r for h, r in zip(half, rest, strict=True)] == straight
+    for epoch in range(2):
+        items = {i for rank in straight for i in rank[11 * epoch : 11 * (epoch + 1)]}
+        assert items == set(range(21))

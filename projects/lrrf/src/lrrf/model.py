@@ -165,9 +165,10 @@ class LrrfModule(LightningModule):
         self.diagnostics, self._running = state["diagnostics"], state["running"]
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
-        # Re-seed from the optimizer step (after papers_gpu's SeedEveryStep, which keys on
-        # epoch and batch index: a run resumed from an epoch-end checkpoint restarts Lightning's
-        # count at (epoch e-1, batch n), so its attack starts and replay draws would differ).
+        # Re-seed from the optimizer step, after papers_gpu's SeedEveryStep. Written when that
+        # callback keyed on Lightning's (epoch, batch index), which lag one batch after a resume
+        # from an epoch-end checkpoint; it no longer does, but the committed claim record drew
+        # its attack starts and replay samples from these seeds, so they stay.
         seed_all_generators(derived_seed(run_seed(), self.global_rank, self.global_step, 7))
 
     def on_train_start(self) -> None:

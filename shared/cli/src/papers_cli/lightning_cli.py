@@ -313,20 +313,38 @@ def quiet_fit(
     )
 
 
+class _ReproduceParser(argparse.ArgumentParser):
+    """Fills the default ``--out`` after parsing, when ``--quick`` is known."""
+
+    def __init__(self, *args: Any, results: Path, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.results = results
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, rest = super().parse_known_args(args, namespace)
+        if getattr(parsed, "out", None) is None:
+            # A quick run must never overwrite the committed record of a full one.
+            parsed.out = self.results / "quick" if parsed.quick else self.results
+        return parsed, rest
+
+
 def reproduce_parser(description: str, *, project_file: str | Path) -> argparse.ArgumentParser:
     """The flags every ``reproduce`` shares; add project-specific ones to the returned parser.
 
     ``--quick``: a seconds-long run of the same pipeline (tests use it); ``--seed`` / ``--seeds``;
-    ``--out``: where ``claim.json``, ``claim.md`` and plots go (default: the project's results/).
+    ``--out``: where ``claim.json``, ``claim.md`` and plots go (default: the project's results/,
+    or results/quick/ for a quick run, which git ignores).
     """
-    parser = argparse.ArgumentParser(prog="reproduce", description=description)
+    results = project_dir_of(project_file) / "results"
+    parser = _ReproduceParser(prog="reproduce", description=description, results=results)
     parser.add_argument("--quick", action="store_true", help="tiny budget, same pipeline")
     parser.add_argument("--seed", type=int, default=0, help="seed of a single-seed run")
     parser.add_argument("--seeds", type=int, nargs="+", help="several seeds (overrides --seed)")
     parser.add_argument(
         "--out",
         type=Path,
-        default=project_dir_of(project_file) / "results",
-        help="output folder for claim.json, claim.md and plots",
+        default=None,
+        help="output folder for claim.json, claim.md and plots "
+        "(default: results/, or results/quick/ with --quick)",
     )
     return parser

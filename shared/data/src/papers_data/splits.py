@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler
 
 
 def seeded_split(n: int, fractions: Sequence[float], seed: int) -> list[np.ndarray]:
@@ -25,7 +25,7 @@ def seeded_split(n: int, fractions: Sequence[float], seed: int) -> list[np.ndarr
     return [np.sort(order[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-class EpochShuffle(Sampler[int]):
+class EpochShuffle(DistributedSampler):
     """An endless stream of shuffles of ``range(n)`` (shuffle ``e`` fixed by ``(seed, e)``): an
     epoch reads the rest of the shuffle that holds the stream position ``consumed()`` gives (all
     of it when the position starts a shuffle, as it does except right after a resume).
@@ -36,10 +36,26 @@ class EpochShuffle(Sampler[int]):
     in the restored epoch, differs from the uninterrupted run's. The optimizer step count is
     restored exactly, so key the position on it (``drawn_by_trainer``); a resumed run then reads
     the uninterrupted run's batches.
+
+    Under DDP each of the ``world`` ranks reads every ``world``-th position of the shuffle, padded
+    like ``DistributedSampler`` (with its own first items) to a multiple of ``world`` so that all
+    ranks take the same number of batches. It is a ``DistributedSampler`` so that Lightning uses
+    it as is: Lightning's wrapper for other samplers assumes an epoch yields ``len()`` items,
+    which is false for an epoch resumed mid-shuffle. ``replicas`` gives ``(rank, world)``; by
+    default they come from ``torch.distributed`` when it is initialised, else ``(0, 1)``.
     """
 
-    def __init__(self, n: int, seed: int, consumed: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        consumed: Callable[[], int],
+        replicas: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        # DistributedSampler.__init__ is not called: it needs a dataset and fixes the ranks at
+        # construction, while these are read when an epoch starts.
         self.n, self.seed, self.consumed = n, seed, consumed
+        self.replicas = replicas or _process_group_replicas
 
     def _shuffle(self, epoch: int) -> list[int]:
         words = np.random.SeedSequence([self.seed, epoch]).generate_state(2)
@@ -47,11 +63,23 @@ class EpochShuffle(Sampler[int]):
         return torch.randperm(self.n, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[int]:
+        rank, world = self.replicas()
         epoch, offset = divmod(self.consumed(), self.n)
-        yield from self._shuffle(epoch)[offset:]
+        total = math.ceil(self.n / world) * world
+        padded = (self._shuffle(epoch) * math.ceil(total / self.n))[:total]
+        yield from padded[offset + rank :: world]
 
     def __len__(self) -> int:
-        return self.n
+        return math.ceil(self.n / self.replicas()[1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Ignored: the position in the stream comes from ``consumed``."""
+
+
+def _process_group_replicas() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
 
 
 def drawn_by_trainer(

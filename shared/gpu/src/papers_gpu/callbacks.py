@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import resource
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -73,20 +74,27 @@ class SeedEveryStep(Callback):
     times), and a run resumed from a checkpoint draws exactly what the uninterrupted run drew
     (Lightning does not checkpoint generator states). Model initialisation and data generation
     happen before fit starts and stay identical on every rank.
+
+    The (epoch, batch) key is the uninterrupted run's, computed from the count of training
+    batches so far, which a checkpoint restores exactly: after a resume from a checkpoint written
+    at an epoch's end, Lightning's ``current_epoch`` and ``batch_idx`` lag one batch behind (it
+    finishes the restored epoch with one more batch numbered past its end).
     """
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.run_seed = run_seed()
 
-    def _seed(self, trainer: Trainer, batch: int) -> None:
-        seed_all_generators(
-            derived_seed(self.run_seed, trainer.global_rank, trainer.current_epoch, batch)
-        )
+    def _seed(self, trainer: Trainer, batch: int, within_epoch: bool) -> None:
+        per_epoch = trainer.num_training_batches
+        epoch, index = divmod(batch, per_epoch) if math.isfinite(per_epoch) else (0, batch)
+        key = (epoch, index if within_epoch else -1)
+        seed_all_generators(derived_seed(self.run_seed, trainer.global_rank, *key))
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._seed(trainer, -1)  # before the epoch's shuffle is drawn
+        # before the epoch's shuffle is drawn; keyed on the epoch of the batch that comes next
+        self._seed(trainer, trainer.fit_loop.epoch_loop.total_batch_idx + 1, within_epoch=False)
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._seed(trainer, batch_idx)
+        self._seed(trainer, trainer.fit_loop.epoch_loop.total_batch_idx, within_epoch=True)
