@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import numpy as np
@@ -20,8 +21,10 @@ from survival_delay.fitting import (
     e_step_rows,
     fit_direct,
     fit_mcem,
+    flatten_blocks,
     lbfgs_maximize,
     sandwich_covariance,
+    unflatten_blocks,
 )
 from survival_delay.hazards import PHComponent, make_family
 from survival_delay.simulate import Truth, simulate_cohort, simulate_study
@@ -270,6 +273,38 @@ def test_fit_joint_dispatches_to_each_estimator_with_its_prior():
         fit_joint(model, sim.cohort, "newton")
 
 
+def test_transfer_by_mcem_passes_its_schedule_seeds_and_prior_to_both_stages(monkeypatch):
+    """Stage 1 fits (theta, phi) with the run's schedule and seed; stage 2 fits gamma alone from
+    the source estimate with gamma = 0, the same schedule, seed + 1 (its own Monte Carlo draws)
+    and the N(0, s^2) prior of Eq. (T1)."""
+    import survival_delay.transfer as transfer_module
+
+    calls = []
+
+    def recording_fit_joint(model, cohort, method, start=None, free=("theta", "phi"),
+                            schedule=None, seed=0, gamma_prior_sd=None):  # fmt: skip
+        calls.append(dict(method=method, start=start, free=free, schedule=schedule, seed=seed,
+                          prior=gamma_prior_sd, n=len(cohort)))  # fmt: skip
+        theta = torch.tensor([0.1, 0.2, 0.3], dtype=F64)
+        phi = torch.tensor([0.4, 0.5], dtype=F64)
+        gamma = torch.full((1,), 0.25 if free == ("gamma",) else 0.0, dtype=F64)
+        return {"theta": theta, "phi": phi, "gamma": gamma}
+
+    monkeypatch.setattr(transfer_module, "fit_joint", recording_fit_joint)
+    source, target = simulate_study(1, Truth(gamma=0.5), n_source=60, n_target=30)
+    schedule = MCEMSchedule(max_draws=50, max_iter=3)
+    fit = transfer(JointModel.build(1), source.cohort, target.cohort, 1.0, "mcem",
+                   schedule=schedule, seed=11, gamma_prior_sd=0.7)  # fmt: skip
+    first, second = calls
+    assert first == dict(method="mcem", start=None, free=("theta", "phi"), schedule=schedule,
+                         seed=11, prior=None, n=60)  # fmt: skip
+    assert second["free"] == ("gamma",) and second["schedule"] is schedule
+    assert second["seed"] == 12 and second["prior"] == 0.7 and second["n"] == 30
+    assert float(second["start"]["gamma"]) == 0.0
+    torch.testing.assert_close(second["start"]["theta"], fit.source["theta"])
+    assert float(fit.target["gamma"]) == 0.25
+
+
 def test_transfer_estimates_the_shift_and_the_ibnr_count():
     truth = Truth(gamma=0.5)
     source, target = simulate_study(7, truth, n_source=3000, n_target=3000, target_window=0.5)
@@ -284,6 +319,97 @@ def test_bad_cohort_is_rejected():
     cohort = _one_subject(0.3, 0.5)
     with pytest.raises(ValueError, match="exposure"):
         cohort.check()
+
+
+def _edited(cohort: Cohort, **fields) -> Cohort:
+    return dataclasses.replace(cohort, **fields)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"window": torch.tensor([1.0, 1.0], dtype=F64)}, r"Cohort\.window must have shape \[1\]"),
+        ({"delay": torch.zeros(2, dtype=F64)}, r"Cohort\.delay must have shape \[1\]"),
+        ({"event_width": torch.tensor([-1.0], dtype=F64)}, r"event_width must have shape .* >= 0"),
+        ({"delay_width": torch.zeros(3, dtype=F64)}, r"delay_width must have shape \[1\]"),
+        ({"exposure": torch.tensor([-0.1], dtype=F64)}, r"0 <= exposure \(c'\) <= window"),
+        ({"event_time": torch.tensor([-0.1], dtype=F64)}, "non-negative event times and delays"),
+        ({"delay": torch.tensor([math.nan], dtype=F64)}, "non-negative event times and delays"),
+        ({"event_time": torch.tensor([0.6], dtype=F64)}, "outside its exposure"),
+        ({"delay": torch.tensor([0.9], dtype=F64)}, "report after tau"),
+    ],
+)
+def test_each_inconsistency_in_a_cohort_is_named(edit, message):
+    """A reported subject (T = 0.2, D = 0.3, c' = 0.5, c = 1) made inconsistent one way at a
+    time: every rule of ``Cohort.check`` fires with its own message, and the clean one passes."""
+    reported = Cohort(
+        torch.tensor([[0.3]], dtype=F64),
+        torch.tensor([1.0], dtype=F64),
+        torch.tensor([0.5], dtype=F64),
+        torch.tensor([True]),
+        torch.tensor([0.2], dtype=F64),
+        torch.tensor([0.3], dtype=F64),
+    )
+    assert reported.check() is reported
+    with pytest.raises(ValueError, match=message):
+        _edited(reported, **edit).check()
+
+
+def test_the_skip_bound_uses_the_smallest_lag_so_a_light_delay_tail_keeps_its_quadrature(
+    monkeypatch,
+):
+    """Eq. (M2b) bounds I with S_D at the smallest lag c - c'. With a light-tailed delay
+    (S_D(d) = exp(-d^3)) a subject whose window ends 0.1 after its exposure has I comparable to
+    S_T(c'), while S_D at any larger lag (e.g. c + c' = 4.1: e^-69) would call it negligible;
+    each subject's log I must equal the full quadrature's."""
+    import survival_delay.core as core
+
+    exposure = torch.tensor([2.0, 2.0, 1.0], dtype=F64)
+    cohort = Cohort(
+        torch.zeros(3, 1, dtype=F64),
+        exposure + torch.tensor([0.1, 0.5, 60.0], dtype=F64),
+        exposure,
+        torch.zeros(3, dtype=torch.bool),
+        torch.full((3,), math.nan, dtype=F64),
+        torch.full((3,), math.nan, dtype=F64),
+    )
+    model = JointModel.build(1)
+    theta = torch.tensor([0.0, 0.0, 0.0], dtype=F64)  # exponential events, rate 1
+    phi = torch.tensor([0.0, math.log(3.0)], dtype=F64)  # Weibull delay, alpha 1, rho 3
+    log_s, log_i = model.log_unreported_terms(theta, phi, 0.0, cohort)
+    monkeypatch.setattr(core, "NEGLIGIBLE", 1e9)  # quadrature for everyone
+    full_s, full_i = model.log_unreported_terms(theta, phi, 0.0, cohort)
+    assert bool((full_i[:2] > full_s[:2] - 3).all())  # I matters for the first two
+    torch.testing.assert_close(log_i[:2], full_i[:2], rtol=1e-12, atol=0)
+    assert full_i[2] < full_s[2] - 40 and log_i[2] >= full_i[2]  # skipped: the bound stands in
+    torch.testing.assert_close(torch.logaddexp(log_s, log_i), torch.logaddexp(full_s, full_i))
+
+
+def test_the_cross_covariance_of_eq_t4_is_the_refit_sensitivity_times_the_source_covariance():
+    """Cov(gamma_hat, eta_S) = (d gamma_hat / d eta) V_S by the implicit function theorem; the
+    sensitivity is measured by refitting Eq. (T1) at source parameters moved by +-h."""
+    truth = Truth(gamma=0.5)
+    source, target = simulate_study(3, truth, n_source=800, n_target=400, target_window=0.5)
+    model = JointModel.build(1)
+    fit = transfer(model, source.cohort, target.cohort, 1.0)
+    source_cov = sandwich_covariance(model, source.cohort, fit.source)
+    cov = two_step_covariance(model, target.cohort, fit.target, source_cov)
+    eta = flatten_blocks(fit.source, ("theta", "phi"))
+    h = 1e-4
+    sensitivity = []
+    for j in range(len(eta)):
+        moved = []
+        for sign in (1.0, -1.0):
+            vector = eta.clone()
+            vector[j] += sign * h
+            blocks = unflatten_blocks(vector, fit.source, ("theta", "phi"))
+            refit = transfer(model, source.cohort, target.cohort, 1.0, source_blocks=blocks)
+            moved.append(float(refit.target["gamma"]))
+        sensitivity.append((moved[0] - moved[1]) / (2 * h))
+    expected = torch.tensor(sensitivity, dtype=F64) @ source_cov
+    assert expected.abs().max() > 1e-3  # the source's uncertainty does reach gamma here
+    torch.testing.assert_close(cov[-1, :-1], expected, rtol=1e-3, atol=1e-6)
+    torch.testing.assert_close(cov[:-1, -1], expected, rtol=1e-3, atol=1e-6)
 
 
 def _reported_subject(t, d, width, x=0.3):
