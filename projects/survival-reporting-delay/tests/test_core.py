@@ -582,3 +582,44 @@ def test_negligible_unreported_mass_bound_leaves_the_likelihood_unchanged(monkey
     full = value_and_grad()
     assert fast[0] == pytest.approx(full[0], rel=1e-14)
     assert torch.allclose(fast[1], full[1], rtol=1e-12)
+
+
+def test_build_honours_cuts_delay_covariates_and_quadrature_nodes():
+    model = JointModel.build(2, "piecewise", cuts=(0.5, 2.0), delay_covariates=True, quad_nodes=8)
+    assert model.event.family.cuts == (0.5, 2.0) and model.event.n_params == 3 + 2
+    assert model.delay.n_coef == 2 and model.delay.n_params == 2 + 2
+    assert model.quad_nodes == 8 and model.quadrature(torch.ones(1, dtype=F64))[0].shape == (1, 8)
+    assert JointModel.build(2).delay.n_coef == 0
+
+
+def test_timely_risk_and_the_time_grid_stay_in_float64_for_any_feature_count():
+    """Eq. (R1) at a horizon float32 cannot hold (0.1), three subjects with two features, against
+    the Weibull closed form; Eq. (E2)'s grid midpoints exactly (k + 1/2) / G of c'."""
+    model = JointModel.build(2)
+    theta = torch.tensor([math.log(2.0), math.log(1.5), 0.4, -0.3], dtype=F64)
+    x = torch.tensor([[0.0, 0.0], [1.0, 0.5], [-1.0, 2.0]], dtype=F64)
+    risk = model.timely_risk(theta, x, 0.1, gamma=0.2)
+    expected = 1 - torch.exp(-torch.exp(0.2 + x @ theta[2:]) * (0.1 / 2.0) ** 1.5)
+    assert risk.dtype == F64 and risk.shape == (3,)
+    torch.testing.assert_close(risk, expected, rtol=1e-13, atol=0)
+    cohort = _one_subject(1.3, 0.7)
+    mids, probs = JointModel.build(1).posterior_time_grid(
+        Truth().theta(), Truth().phi(), cohort, cells=10
+    )
+    hand = 0.7 * (torch.arange(10, dtype=F64) + 0.5) / 10
+    torch.testing.assert_close(mids[0], hand, rtol=1e-15, atol=0)
+    assert probs.shape == (1, 10) and float(probs.sum()) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_posterior_draws_on_a_coarse_grid_stay_inside_the_exposure():
+    """The E-step sampler with G = 16 cells: the cell index is scaled by the same G, so every
+    drawn event time lies in [0, c'] and the cells are all reachable."""
+    cohort = _one_subject(1.25, 1.2)
+    model = JointModel.build(1)
+    z, t = sample_posterior(
+        model, Truth().theta(), Truth().phi(), cohort, 4000, torch.Generator().manual_seed(0),
+        cells=16,
+    )  # fmt: skip
+    drawn = t[z]
+    assert drawn.numel() > 100 and float(drawn.min()) >= 0 and float(drawn.max()) <= 1.2
+    assert float(drawn.max()) > 1.2 * 15 / 16  # the last cell is reached
