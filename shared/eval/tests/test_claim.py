@@ -159,6 +159,82 @@ def test_verdict_follows_the_checks_and_the_controls(tmp_path, errors, verdict):
         assert "control" in judgement.reason
 
 
+PRECONDITION = [
+    {
+        "name": "baseline_struggles",
+        "subject": "baseline",
+        "metric": "error",
+        "goal": "higher",
+        "threshold": 0.8,
+        "where": "the task is not already solved",
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("baseline", "verdict"), [(1.0, "held"), (0.7, "not shown")], ids=["met", "failed"]
+)
+def test_a_failed_precondition_means_not_shown_whatever_the_checks_say(tmp_path, baseline, verdict):
+    spec = load(tmp_path, precondition=PRECONDITION)
+    assert "baseline" in spec.subjects and spec.preconditions[0].subject == "baseline"
+    errors = {"method": 0.3, "baseline": baseline, "broken": 1.2, "oracle": 0.1}
+    judgement = judge(spec, results_with(errors))
+    assert judgement.verdict == verdict
+    assert judgement.precondition_met == (verdict == "held")
+    assert judgement.method_passed and judgement.controls_behaved  # the checks alone would hold
+    if verdict == "not shown":
+        assert "precondition 'baseline_struggles'" in judgement.reason
+        assert "baseline's error above 0.8" in judgement.reason
+
+
+def test_a_precondition_may_name_a_subject_that_is_not_judged(tmp_path):
+    """e.g. the same baseline on a clean stream: run for every seed, judged only there."""
+    spec = load_claim_spec(
+        write_spec(
+            tmp_path,
+            precondition=[
+                {
+                    "name": "noise_hurts",
+                    "subject": "baseline",
+                    "metric": "error",
+                    "goal": "higher",
+                    "against": "clean",
+                    "margin": 0.1,
+                }
+            ],
+        ),  # fmt: skip
+        subjects=(*SUBJECTS, "clean"),
+        metrics=METRICS,
+    )
+    assert spec.subjects[-1] == "clean"
+    errors = {"method": 0.3, "baseline": 1.0, "broken": 1.2, "oracle": 0.1, "clean": 0.95}
+    judgement = judge(spec, results_with(errors))
+    assert judgement.verdict == "not shown" and not judgement.precondition_met
+    with pytest.raises(ClaimSpecError, match="no results for 'clean'"):
+        judge(spec, results_with({k: v for k, v in errors.items() if k != "clean"}))
+
+
+@pytest.mark.parametrize(
+    ("precondition", "message"),
+    [
+        ([{**PRECONDITION[0], "subject": None}], "needs the subject"),
+        ([{**PRECONDITION[0], "subject": "nobody"}], "subject 'nobody' is not something"),
+        ([{**PRECONDITION[0], "metric": "loss"}], "precondition 'baseline_struggles' names"),
+        (PRECONDITION * 2, "precondition names repeat"),
+    ],
+)
+def test_bad_preconditions_are_clear_errors(tmp_path, precondition, message):
+    with pytest.raises(ClaimSpecError, match=message):
+        load(tmp_path, precondition=precondition)
+
+
+def test_a_check_cannot_name_a_subject(tmp_path):
+    checks = [{"name": "c", "metric": "error", "goal": "lower", "against": "baseline",
+               "subject": "method"}]  # fmt: skip
+    with pytest.raises(ClaimSpecError, match="unknown keys \\['subject'\\]"):
+        load(tmp_path, checks=checks)
+
+
 def test_a_check_passes_only_when_the_whole_interval_clears_the_bar(tmp_path):
     spec = load(tmp_path)
     # a small true advantage drowned in item noise: the interval straddles 0
@@ -296,7 +372,7 @@ def test_tune_gives_every_subject_the_same_grid_and_keeps_the_best(tmp_path):
 
 
 def test_write_claim_round_trips_and_renders_every_part(tmp_path):
-    spec = load(tmp_path)
+    spec = load(tmp_path, precondition=PRECONDITION)
     results = run_seeds(
         spec,
         lambda subject, seed: {
@@ -335,6 +411,11 @@ def test_write_claim_round_trips_and_renders_every_part(tmp_path):
         assert text in md
     assert "weights_moved" in md
     assert "## Notes\n\n- first note\n- second note" in md
+    (precondition,) = record["preconditions"]
+    assert precondition["name"] == "baseline_struggles" and precondition["passed"]
+    assert (
+        "| baseline_struggles | baseline's error above 0.8 (the task is not already solved)" in md
+    )
 
 
 def test_load_claim_refuses_a_schema_1_record_naming_the_change(tmp_path):

@@ -19,6 +19,12 @@ A project pre-registers its claim in ``configs/claim.yaml``::
         ratio: 0.5                   # subject < 0.5 x reference (default 1)
         margin: 0.0                  # ... by at least this much (absolute, default 0)
         where: test split, 64 items per seed
+    precondition:                    # optional: what must be true for the checks to mean
+      - name: signal_exists          #   anything, judged first on a named subject
+        subject: mean_predictor
+        metric: test_mse
+        goal: higher
+        threshold: 0.1               # the mean predictor is not already good
     tuning: {split: val, metric: val_mse, goal: lower, grid: {lr: [0.003, 0.01, 0.03]}}
     settings: {max_epochs: 20}       # budgets: recorded with the run
     quick: {seeds: [0], settings: {max_epochs: 2}}   # overrides for --quick
@@ -28,8 +34,9 @@ on the good side: for ``goal: higher`` the advantage ``subject - ratio * referen
 (or ``subject - threshold - margin``) must have a lower bound above 0; ``goal: lower`` flips the
 sign. The verdict (``judge``) is
 
-- ``not shown`` when a negative control passes every check it is judged on, or a positive
-  control fails one: the miniature cannot tell a working mechanism from a broken one;
+- ``not shown`` when a pre-registered precondition fails (the miniature does not pose the
+  problem the claim is about), or a negative control passes every check it is judged on, or a
+  positive control fails one: the miniature cannot tell a working mechanism from a broken one;
 - otherwise ``held`` when the method passes every check, ``did not hold`` when it does not.
 """
 
@@ -81,6 +88,7 @@ class Check:
     margin: float = 0.0
     paired: bool = True
     where: str = ""
+    subject: str | None = None  # preconditions only: the one subject they are judged on
 
     def describe(self) -> str:
         """The check in words, e.g. ``test_mse lower than 0.5 x mean_predictor``."""
@@ -92,7 +100,8 @@ class Check:
             bar = " and ".join(f"{scale}{name}" for name in self.against)
         margin = f" by more than {self.margin:g}" if self.margin else ""
         where = f" ({self.where})" if self.where else ""
-        return f"{self.metric} {side} {bar}{margin}{where}"
+        subject = f"{self.subject}'s " if self.subject else ""
+        return f"{subject}{self.metric} {side} {bar}{margin}{where}"
 
 
 @dataclass(frozen=True)
@@ -121,16 +130,20 @@ class ClaimSpec:
     tuning: Mapping[str, Any] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
+    preconditions: tuple[Check, ...] = ()
 
     @property
     def subjects(self) -> tuple[str, ...]:
-        """Everything a run must measure: method, baselines, controls (each once, in order)."""
+        """Everything a run must measure: method, baselines, controls and what the
+        preconditions are judged on (each once, in order)."""
         names = (self.method, *self.baselines, *(c.name for c in self.controls))
+        for check in self.preconditions:
+            names += (check.subject, *check.against)
         return tuple(dict.fromkeys(names))
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c.metric for c in self.checks))
+        return tuple(dict.fromkeys(c.metric for c in (*self.checks, *self.preconditions)))
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -142,6 +155,7 @@ class ClaimSpec:
             "baselines": list(self.baselines),
             "controls": [asdict(c) for c in self.controls],
             "checks": [asdict(c) | {"text": c.describe()} for c in self.checks],
+            "preconditions": [asdict(c) | {"text": c.describe()} for c in self.preconditions],
             "seeds": list(self.seeds),
             "quick": self.quick,
             "confidence": self.confidence,
@@ -202,6 +216,7 @@ def _parse_spec(
         "confidence",
         "tuning",
         "settings",
+        "precondition",
     }
     if unknown_keys:
         raise fail(f"unknown keys {sorted(unknown_keys)}")
@@ -220,40 +235,49 @@ def _parse_spec(
     method = known(raw["method"], "method")
     baselines = tuple(known(b, "baseline") for b in raw.get("baselines") or ())
 
-    checks = []
-    for item in raw["checks"]:
+    def parse_check(item: Any, precondition: bool = False) -> Check:
+        what = "precondition" if precondition else "check"
         if not isinstance(item, dict) or not item.get("name") or not item.get("metric"):
-            raise fail(f"each check needs a name and a metric, got {item!r}")
+            raise fail(f"each {what} needs a name and a metric, got {item!r}")
         name = item["name"]
-        extra = set(item) - {f for f in Check.__dataclass_fields__}
+        allowed = set(Check.__dataclass_fields__) - (set() if precondition else {"subject"})
+        extra = set(item) - allowed
         if extra:
-            raise fail(f"check '{name}' has unknown keys {sorted(extra)}")
+            raise fail(f"{what} '{name}' has unknown keys {sorted(extra)}")
         if item["metric"] not in known_metrics:
             raise fail(
-                f"check '{name}' names the metric '{item['metric']}', which this project "
+                f"{what} '{name}' names the metric '{item['metric']}', which this project "
                 f"does not compute; known: {sorted(known_metrics)}"
             )
         if item.get("goal") not in ("higher", "lower"):
-            raise fail(f"check '{name}' needs goal: higher or goal: lower")
+            raise fail(f"{what} '{name}' needs goal: higher or goal: lower")
         against = item.get("against") or ()
         against = (against,) if isinstance(against, str) else tuple(against)
         if (item.get("threshold") is None) == (not against):
-            raise fail(f"check '{name}' needs exactly one of 'threshold' or 'against'")
+            raise fail(f"{what} '{name}' needs exactly one of 'threshold' or 'against'")
         for reference in against:
-            known(reference, f"check '{name}': reference")
-        checks.append(
-            Check(
-                name=name,
-                metric=item["metric"],
-                goal=item["goal"],
-                threshold=None if item.get("threshold") is None else float(item["threshold"]),
-                against=against,
-                ratio=float(item.get("ratio", 1.0)),
-                margin=float(item.get("margin", 0.0)),
-                paired=bool(item.get("paired", True)),
-                where=str(item.get("where", "")),
-            )
+            known(reference, f"{what} '{name}': reference")
+        if precondition and not item.get("subject"):
+            raise fail(f"precondition '{name}' needs the subject it is judged on")
+        return Check(
+            name=name,
+            metric=item["metric"],
+            goal=item["goal"],
+            threshold=None if item.get("threshold") is None else float(item["threshold"]),
+            against=against,
+            ratio=float(item.get("ratio", 1.0)),
+            margin=float(item.get("margin", 0.0)),
+            paired=bool(item.get("paired", True)),
+            where=str(item.get("where", "")),
+            subject=known(item["subject"], f"precondition '{name}': subject")
+            if precondition
+            else None,
         )
+
+    checks = [parse_check(item) for item in raw["checks"]]
+    preconditions = [parse_check(item, True) for item in raw.get("precondition") or ()]
+    if len({c.name for c in preconditions}) != len(preconditions):
+        raise fail(f"precondition names repeat: {[c.name for c in preconditions]}")
     names = [c.name for c in checks]
     if len(set(names)) != len(names):
         raise fail(f"check names repeat: {names}")
@@ -317,6 +341,7 @@ def _parse_spec(
         tuning=raw.get("tuning") or {},
         settings=raw.get("settings") or {},
         source=source,
+        preconditions=tuple(preconditions),
     )
 
 
@@ -361,6 +386,11 @@ class Judgement:
     method_passed: bool
     outcomes: Mapping[str, Mapping[str, CheckOutcome]]  # subject -> check -> outcome
     controls: tuple[ControlOutcome, ...]
+    preconditions: Mapping[str, CheckOutcome] = field(default_factory=dict)
+
+    @property
+    def precondition_met(self) -> bool:
+        return all(o.passed for o in self.preconditions.values())
 
     @property
     def controls_behaved(self) -> bool:
@@ -368,8 +398,13 @@ class Judgement:
 
 
 def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judgement:
-    """Apply every check to the method and to every control; return the verdict and why."""
+    """Judge the preconditions, then apply every check to the method and to every control;
+    return the verdict and why."""
     validate_results(spec, results)
+    preconditions = {
+        check.name: check_outcome(spec, check, check.subject, results, n_resamples=n_resamples)
+        for check in spec.preconditions
+    }
     judged = [spec.method, *(c.name for c in spec.controls)]
     outcomes = {
         subject: {
@@ -385,7 +420,15 @@ def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judg
         behaved = passed if control.role == "positive" else not passed
         controls.append(ControlOutcome(control.name, control.role, passed, behaved))
     misbehaved = [c for c in controls if not c.behaved]
-    if misbehaved:
+    unmet = [c for c in spec.preconditions if not preconditions[c.name].passed]
+    if unmet:
+        verdict = "not shown"
+        reason = (
+            "the precondition "
+            + "; ".join(f"'{c.name}' ({c.describe()}) failed" for c in unmet)
+            + ": the miniature does not pose the problem the claim is about"
+        )
+    elif misbehaved:
         verdict = "not shown"
         reason = (
             "; ".join(
@@ -401,7 +444,7 @@ def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judg
         failed = [n for n, o in outcomes[spec.method].items() if not o.passed]
         verdict = "did not hold"
         reason = f"the method failed {', '.join(failed)}; the controls behaved"
-    return Judgement(verdict, reason, method_passed, outcomes, tuple(controls))
+    return Judgement(verdict, reason, method_passed, outcomes, tuple(controls), preconditions)
 
 
 def check_outcome(

@@ -109,6 +109,10 @@ def write_claim(
             subject: {name: o.as_dict() for name, o in checks.items()}
             for subject, checks in judgement.outcomes.items()
         },
+        "preconditions": [
+            {**declared, **judgement.preconditions[declared["name"]].as_dict()}
+            for declared in spec.as_dict()["preconditions"]
+        ],
         "metrics": metrics,
         "seeds": list(spec.seeds),
         "quick": spec.quick,
@@ -168,6 +172,7 @@ def render_markdown(record: Mapping[str, Any]) -> str:
         "",
         f"**Verdict: {record['verdict']}.** {record['verdict_reason']}.",
         "",
+        *_precondition_lines(record.get("preconditions") or []),
         "## Pre-registered checks",
         "",
         "| check | passes when |",
@@ -233,6 +238,16 @@ def render_markdown(record: Mapping[str, Any]) -> str:
         f"{record['created']}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _precondition_lines(preconditions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The preconditions first: whether the miniature poses the problem at all."""
+    if not preconditions:
+        return []
+    lines = ["## Precondition (judged first)", "", "| precondition | met when | outcome |"]
+    lines.append("|---|---|---|")
+    lines += [f"| {p['name']} | {p['text']} | {_outcome_cell(p)} |" for p in preconditions]
+    return [*lines, ""]
 
 
 def _outcome_cell(outcome: Mapping[str, Any]) -> str:
