@@ -115,7 +115,9 @@ def check_resume(
     stateful dataloader. Compares parameters, optimizer state, global step and the last logged
     metrics (except those whose names contain an ``ignore_metrics`` part: memory and timing) to
     ``rtol``/``atol``; raises AssertionError naming what differs; returns the largest absolute
-    difference per part.
+    difference per part. The resumed run's logged metrics are only those logged after the
+    resume, so a metric logged at some steps only (per task, per stage) must either be logged
+    in the resumed half too or be named in ``ignore_metrics``.
     """
     root_dir = Path(root_dir)
 
