@@ -264,11 +264,24 @@ def test_fit_joint_dispatches_to_each_estimator_with_its_prior():
     direct = fit_mcem(model, sim.cohort, schedule=schedule, seed=4).blocks
     for block in ("theta", "phi"):
         torch.testing.assert_close(via[block], direct[block])
-    start = {**fit_direct(model, sim.cohort), "gamma": torch.full((1,), 0.0, dtype=F64)}
+    fitted = fit_direct(model, sim.cohort)
+    # a baseline scale 0.3 too long, so the level shift gamma has a non-zero MLE to shrink
+    theta = fitted["theta"] + torch.tensor([0.3, 0.0, 0.0], dtype=F64)
+    start = {**fitted, "theta": theta, "gamma": torch.full((1,), 0.0, dtype=F64)}
+    gammas = []
     for sd in (None, 0.05):
         shifted = fit_joint(model, sim.cohort, "direct", start, ("gamma",), gamma_prior_sd=sd)
         alone = fit_direct(model, sim.cohort, start, ("gamma",), gamma_prior_sd=sd)
         torch.testing.assert_close(shifted["gamma"], alone["gamma"])
+        gammas.append(float(shifted["gamma"]))
+    assert gammas[0] > 0.2 and 0 < gammas[1] < 0.5 * gammas[0]  # the prior shrinks it
+    # MCEM receives the start, the free blocks and the prior too
+    via = fit_joint(model, sim.cohort, "mcem", start, ("gamma",), schedule, 4, 0.05)
+    direct = fit_mcem(model, sim.cohort, start, ("gamma",), schedule, 4, gamma_prior_sd=0.05)
+    torch.testing.assert_close(via["gamma"], direct.blocks["gamma"])
+    torch.testing.assert_close(via["theta"], theta)
+    assert 0 < float(via["gamma"]) < 0.5 * gammas[0]
+    torch.testing.assert_close(fit_joint(model, sim.cohort)["theta"], fitted["theta"])  # direct
     with pytest.raises(ValueError, match="fitting method"):
         fit_joint(model, sim.cohort, "newton")
 
@@ -332,11 +345,12 @@ def _edited(cohort: Cohort, **fields) -> Cohort:
         ({"delay": torch.zeros(2, dtype=F64)}, r"Cohort\.delay must have shape \[1\]"),
         ({"event_width": torch.tensor([-1.0], dtype=F64)}, r"event_width must have shape .* >= 0"),
         ({"delay_width": torch.zeros(3, dtype=F64)}, r"delay_width must have shape \[1\]"),
-        ({"exposure": torch.tensor([-0.1], dtype=F64)}, r"0 <= exposure \(c'\) <= window"),
-        ({"event_time": torch.tensor([-0.1], dtype=F64)}, "non-negative event times and delays"),
-        ({"delay": torch.tensor([math.nan], dtype=F64)}, "non-negative event times and delays"),
-        ({"event_time": torch.tensor([0.6], dtype=F64)}, "outside its exposure"),
-        ({"delay": torch.tensor([0.9], dtype=F64)}, "report after tau"),
+        ({"exposure": torch.tensor([-0.1], dtype=F64)}, r"^need 0 <= exposure \(c'\) <= window"),
+        ({"event_time": torch.tensor([-0.1], dtype=F64)}, "^reported subjects need non-negative"),
+        ({"delay": torch.tensor([-0.1], dtype=F64)}, "^reported subjects need non-negative"),
+        ({"delay": torch.tensor([math.nan], dtype=F64)}, "^reported subjects need non-negative"),
+        ({"event_time": torch.tensor([0.6], dtype=F64)}, "^a reported event lies outside"),
+        ({"delay": torch.tensor([0.9], dtype=F64)}, "report after tau$"),
     ],
 )
 def test_each_inconsistency_in_a_cohort_is_named(edit, message):
@@ -355,19 +369,52 @@ def test_each_inconsistency_in_a_cohort_is_named(edit, message):
         _edited(reported, **edit).check()
 
 
+def test_a_cohort_on_its_boundaries_is_consistent():
+    """Exact times (width 0), an event on the exposure end, a report exactly at tau, and an
+    unreported subject with no exposure (c' = 0) are all legal."""
+    one = torch.ones(1, dtype=F64)
+    zero = torch.zeros(1, dtype=F64)
+    nan = torch.full((1,), math.nan, dtype=F64)
+    on_the_edges = Cohort(
+        torch.zeros(1, 1, dtype=F64), one, 0.5 * one, torch.tensor([True]), 0.5 * one, 0.5 * one,
+        zero, zero,
+    )  # fmt: skip
+    on_the_edges.check()
+    Cohort(torch.zeros(1, 1, dtype=F64), one, zero, torch.tensor([False]), nan, nan).check()
+
+
+def test_a_subject_without_exposure_has_no_unreported_mass_and_a_finite_gradient():
+    """c' = 0: I = 0 exactly (log I = -inf), S_T(0) = 1, and the log-likelihood's gradient
+    stays finite (the placeholder keeps log(1 - S) away from log 0)."""
+    cohort = Cohort(
+        torch.zeros(2, 1, dtype=F64),
+        torch.tensor([1.0, 1.0], dtype=F64),
+        torch.tensor([0.0, 0.6], dtype=F64),
+        torch.zeros(2, dtype=torch.bool),
+        torch.full((2,), math.nan, dtype=F64),
+        torch.full((2,), math.nan, dtype=F64),
+    )
+    model = JointModel.build(1)
+    theta = Truth().theta().requires_grad_()
+    log_s, log_i = model.log_unreported_terms(theta, Truth().phi(), 0.0, cohort)
+    assert float(log_i[0]) == -math.inf and float(log_s[0]) == 0.0 and math.isfinite(log_i[1])
+    (grad,) = torch.autograd.grad(model.loglik(theta, Truth().phi(), cohort), theta)
+    assert bool(torch.isfinite(grad).all())
+
+
 def test_the_skip_bound_uses_the_smallest_lag_so_a_light_delay_tail_keeps_its_quadrature(
     monkeypatch,
 ):
     """Eq. (M2b) bounds I with S_D at the smallest lag c - c'. With a light-tailed delay
-    (S_D(d) = exp(-d^3)) a subject whose window ends 0.1 after its exposure has I comparable to
-    S_T(c'), while S_D at any larger lag (e.g. c + c' = 4.1: e^-69) would call it negligible;
-    each subject's log I must equal the full quadrature's."""
+    (S_D(d) = exp(-(d / 0.2)^3)) a subject whose window ends 0.1 after its exposure has I
+    comparable to S_T(c'), while S_D at a larger lag (1: e^-125; c + c' = 4.1: far less) would
+    call it negligible; each subject's log I must equal the full quadrature's."""
     import survival_delay.core as core
 
     exposure = torch.tensor([2.0, 2.0, 1.0], dtype=F64)
     cohort = Cohort(
         torch.zeros(3, 1, dtype=F64),
-        exposure + torch.tensor([0.1, 0.5, 60.0], dtype=F64),
+        exposure + torch.tensor([0.1, 0.15, 60.0], dtype=F64),
         exposure,
         torch.zeros(3, dtype=torch.bool),
         torch.full((3,), math.nan, dtype=F64),
@@ -375,11 +422,11 @@ def test_the_skip_bound_uses_the_smallest_lag_so_a_light_delay_tail_keeps_its_qu
     )
     model = JointModel.build(1)
     theta = torch.tensor([0.0, 0.0, 0.0], dtype=F64)  # exponential events, rate 1
-    phi = torch.tensor([0.0, math.log(3.0)], dtype=F64)  # Weibull delay, alpha 1, rho 3
+    phi = torch.tensor([math.log(0.2), math.log(3.0)], dtype=F64)  # Weibull delay, 0.2, rho 3
     log_s, log_i = model.log_unreported_terms(theta, phi, 0.0, cohort)
     monkeypatch.setattr(core, "NEGLIGIBLE", 1e9)  # quadrature for everyone
     full_s, full_i = model.log_unreported_terms(theta, phi, 0.0, cohort)
-    assert bool((full_i[:2] > full_s[:2] - 3).all())  # I matters for the first two
+    assert bool((full_i[:2] > full_s[:2] - 4).all())  # I is a few % of S_T or more there
     torch.testing.assert_close(log_i[:2], full_i[:2], rtol=1e-12, atol=0)
     assert full_i[2] < full_s[2] - 40 and log_i[2] >= full_i[2]  # skipped: the bound stands in
     torch.testing.assert_close(torch.logaddexp(log_s, log_i), torch.logaddexp(full_s, full_i))
