@@ -125,12 +125,14 @@ def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int =
 
 @torch.no_grad()
 def greedy_from_prompts(
-    model, tokenizer, prompts: list[list[int]], max_new_tokens: int = 32, batch_size: int = 64
+    model, tokenizer, prompts: list[list[int]], max_new_tokens: int = 32, batch_size: int = 0
 ) -> list[str]:
-    """Greedy continuation of each prompt (token ids), decoded without special tokens."""
+    """Greedy continuation of each prompt (token ids), decoded without special tokens; in
+    batches of ``batch_size`` prompts (0: all in one batch, as the TOFU chain has always run)."""
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id
     answers = []
+    batch_size = batch_size or max(len(prompts), 1)
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         width = max(len(p) for p in chunk)
@@ -331,7 +333,7 @@ def rwku_scores(
         if not items:
             continue
         answers = greedy_from_prompts(
-            model, tokenizer, answer_prompts(tokenizer, items), max_new_tokens
+            model, tokenizer, answer_prompts(tokenizer, items), max_new_tokens, batch_size=64
         )
         answers = [a.split("\n")[0].strip() or NO_ANSWER for a in answers]
         per_probe[name] = rouge_l_recall(answers, [it.answer for it in items])
