@@ -258,7 +258,12 @@ def rwku_args(original, tmp_path, *extra):
 
 
 @pytest.mark.parametrize(
-    ("method", "corpus"), [("atwu", "generate"), ("npo", "positive"), ("atwu_uniform", "passage")]
+    ("method", "corpus"),
+    [
+        ("atwu", "generate"),
+        pytest.param("npo", "positive", marks=pytest.mark.slow),  # a few seconds each: slow lane
+        pytest.param("atwu_uniform", "passage", marks=pytest.mark.slow),
+    ],
 )
 def test_rwku_unlearning_through_the_cli_lowers_forget_recall(original, tmp_path, method, corpus):
     before, _ = rwku_scores(
