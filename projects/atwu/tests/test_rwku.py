@@ -146,7 +146,8 @@ def test_rwku_targets_load_from_every_layout(tmp_path):
     with pytest.raises(DatasetNotFoundError, match="positive.json"):
         provided_corpus(zoe, "positive", 4, seed=0)
     # the All/ files, filtered by subject
-    flat = load_rwku_target(str(write_rwku_all(tmp_path / "flat")), "Bram Holt, Duke of Kent")
+    flat = load_rwku_target(str(write_rwku_all(tmp_path / "flat")), "bram holt, duke of kent")
+    assert flat.name == "Bram Holt, Duke of Kent"  # the records' spelling
     assert [it.answer for it in flat.probes["forget_level2"]] == ["Dover", "Ruth Vale"]
     assert flat.texts["positive"] == _texts("Bram Holt, Duke of Kent")
     assert list_targets(str(tmp_path / "flat")) == list(TARGETS)

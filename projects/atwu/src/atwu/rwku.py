@@ -70,7 +70,7 @@ class RWKUTarget:
     """One target: its name, its probes per set, and the texts RWKU provides about it."""
 
     name: str
-    folder: Path | None
+    folder: Path  # the target's folder, or the All/ folder its records were filtered from
     probes: dict[str, list[QAItem]]
     texts: dict[str, list[str]] = field(default_factory=dict)  # corpus kind -> texts
     intro: str = ""
@@ -221,10 +221,10 @@ def load_rwku_target(root: str | None, target: str) -> RWKUTarget:
             + (" (no record's 'subject' equals the target name)" if subject else "")
         )
     names.discard("")
-    if subject is not None:
-        name = subject
-    elif len(names) == 1:
+    if len(names) == 1:  # the records' own spelling
         name = names.pop()
+    elif subject is not None:
+        name = subject
     else:
         name = re.sub(r"^\d+_", "", folder.name).replace("_", " ")
     texts = {
@@ -240,8 +240,7 @@ def load_rwku_target(root: str | None, target: str) -> RWKUTarget:
             ):
                 intro = str(record.get("intro", ""))
                 break
-    return RWKUTarget(name=name, folder=folder if subject is None else None, probes=probes,
-                      texts=texts, intro=intro)  # fmt: skip
+    return RWKUTarget(name=name, folder=folder, probes=probes, texts=texts, intro=intro)
 
 
 def provided_corpus(target: RWKUTarget, kind: str, size: int, seed: int) -> list[str]:
