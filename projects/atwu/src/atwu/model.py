@@ -165,7 +165,10 @@ class UnlearningModule(LightningModule):
             )  # fmt: skip
         self.check_fits_the_model(datamodule)
         if datamodule is not None and getattr(datamodule, "needs_corpus", False):
-            # RWKU's zero-shot setting: the original model writes the forget corpus itself
+            # RWKU's zero-shot setting: the original model writes the forget corpus itself, on
+            # the training device (an 8B model sampling on CPU would take hours)
+            if self._trainer is not None:
+                self.model.to(self.trainer.strategy.root_device)
             datamodule.generate_corpus(self.model)
         hidden = self.model.config.hidden_size
         if self.needs_reference:
