@@ -11,12 +11,12 @@ from atwu.data import (
     corpus_texts,
     encode_qa,
     generate_tofu_mini,
-    load_rwku,
     load_tofu,
     prompt_ids,
     set_prompt_format,
     train_tokenizer,
 )
+from atwu.rwku import load_rwku_target
 from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
 
 
@@ -87,7 +87,7 @@ def test_malformed_tofu_records_are_rejected(tmp_path):
         load_tofu(str(tmp_path), "forget50")
 
 
-def test_rwku_loader_parses_probe_files(tmp_path):
+def test_rwku_loader_reads_a_bare_target_folder(tmp_path):
     target = tmp_path / "Stephen_King"
     target.mkdir()
     for level, kind in ((1, "fill-in-the-blank"), (2, "question-answer"), (3, "adversarial")):
@@ -99,13 +99,13 @@ def test_rwku_loader_parses_probe_files(tmp_path):
     (target / "neighbor_level1.json").write_text(
         json.dumps([{"query": "Who wrote Dracula?", "answer": "Bram Stoker", "level": "1"}])
     )
-    probes = load_rwku(str(tmp_path), "Stephen_King")
+    probes = load_rwku_target(str(tmp_path), "Stephen_King").probes
     assert set(probes) == {"forget_level1", "forget_level2", "forget_level3", "neighbor_level1"}
     assert probes["forget_level3"][0].answer == "Carrie"
     assert probes["forget_level1"][0].subject == "Stephen King"
-    assert probes["neighbor_level1"][0].question == "Who wrote Dracula?"
-    with pytest.raises(DatasetNotFoundError, match="forget_level1.json"):
-        load_rwku(str(tmp_path), "Someone_Else")
+    assert probes["neighbor_level1"][0].question.endswith("Question: Who wrote Dracula?\n")
+    with pytest.raises(DatasetNotFoundError, match="Stephen_King"):
+        load_rwku_target(str(tmp_path), "Someone_Else")
 
 
 def small_world(seed: int = 0, authors: int = 8, forget: int = 2, collateral: int = 2):

@@ -119,24 +119,37 @@ def answer_probability(model, tokenizer, items: list[QAItem], over_options: bool
 @torch.no_grad()
 def greedy_answers(model, tokenizer, questions: list[str], max_new_tokens: int = 32) -> list[str]:
     """Greedy decoding of each answer (a left-padded batch of prompts through ``generate``)."""
-    device = next(model.parameters()).device
     prompts = [prompt_ids(tokenizer, q) for q in questions]
-    if not prompts:
-        return []
-    width = max(len(p) for p in prompts)
+    return greedy_from_prompts(model, tokenizer, prompts, max_new_tokens)
+
+
+@torch.no_grad()
+def greedy_from_prompts(
+    model, tokenizer, prompts: list[list[int]], max_new_tokens: int = 32, batch_size: int = 0
+) -> list[str]:
+    """Greedy continuation of each prompt (token ids), decoded without special tokens; in
+    batches of ``batch_size`` prompts (0: all in one batch, as the TOFU chain has always run)."""
+    device = next(model.parameters()).device
     pad = tokenizer.pad_token_id
-    input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    generated = model.generate(
-        input_ids=input_ids.to(device),
-        attention_mask=attention.to(device),
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        pad_token_id=pad,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    new_tokens = generated[:, width:]
-    return [t.strip() for t in tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
+    answers = []
+    batch_size = batch_size or max(len(prompts), 1)
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        width = max(len(p) for p in chunk)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk])
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        generated = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        new_tokens = generated[:, width:]
+        decoded = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        answers += [t.strip() for t in decoded]
+    return answers
 
 
 def rouge_l_recall(predictions: list[str], references: list[str]) -> np.ndarray:
@@ -299,3 +312,31 @@ def forget_gap(
         damage = float(np.maximum(ref - logp, 0.0)[~value].mean()) if (~value).any() else 0.0
         gaps.append(knowledge + damage)
     return np.asarray(gaps)
+
+
+def rwku_scores(
+    model, tokenizer, probes: dict[str, list[QAItem]], max_new_tokens: int = 30
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """RWKU's evaluation: ROUGE-L recall of the greedy answer to each probe, averaged per set
+    (``forget_level1..3``, ``neighbor_level1..2``) -> ({set: mean}, {set: per-probe recall}).
+
+    As RWKU's ``eval_forget`` / ``eval_neighbor``: the probe's instruction prompt (see
+    ``atwu.rwku.answer_prompts``), greedy decoding of ``max_new_tokens`` (RWKU: 30) cut at the
+    first line break (RWKU stops on newline tokens), an empty answer scored as "NOANSWER".
+    """
+    from atwu.rwku import NO_ANSWER, answer_prompts
+
+    was_training = model.training
+    model.eval()
+    means, per_probe = {}, {}
+    for name, items in probes.items():
+        if not items:
+            continue
+        answers = greedy_from_prompts(
+            model, tokenizer, answer_prompts(tokenizer, items), max_new_tokens, batch_size=64
+        )
+        answers = [a.split("\n")[0].strip() or NO_ANSWER for a in answers]
+        per_probe[name] = rouge_l_recall(answers, [it.answer for it in items])
+        means[name] = float(per_probe[name].mean())
+    model.train(was_training)
+    return means, per_probe

@@ -30,7 +30,7 @@ from atwu.core import (
     retain_nll,
     scorer_loss,
 )
-from atwu.evaluate import evaluate_unlearning, span_alignment, truth_ratios
+from atwu.evaluate import evaluate_unlearning, rwku_scores, span_alignment, truth_ratios
 from papers_cli import ConfigError, UserError
 
 SAMPLE_LEVEL = ("ga", "graddiff", "npo", "simnpo")
@@ -164,6 +164,12 @@ class UnlearningModule(LightningModule):
                 h.max_positions, tokenizer.pad_token_id, tokenizer.eos_token_id,
             )  # fmt: skip
         self.check_fits_the_model(datamodule)
+        if datamodule is not None and getattr(datamodule, "needs_corpus", False):
+            # RWKU's zero-shot setting: the original model writes the forget corpus itself, on
+            # the training device (an 8B model sampling on CPU would take hours)
+            if self._trainer is not None:
+                self.model.to(self.trainer.strategy.root_device)
+            datamodule.generate_corpus(self.model)
         hidden = self.model.config.hidden_size
         if self.needs_reference:
             self.reference = self._frozen_copy(self.model)
@@ -187,6 +193,12 @@ class UnlearningModule(LightningModule):
             raise ConfigError(
                 f"model.scorer_layer={layer} but {source} has {config.num_hidden_layers} layers "
                 f"(hidden states 0..{config.num_hidden_layers}, or negative from the last)"
+            )
+        rwku = datamodule is not None and datamodule.hparams.get("benchmark") == "rwku"
+        if rwku and (self.hparams.pretrain_steps or self.hparams.finetune_steps):
+            raise ConfigError(
+                "RWKU unlearns the original model as loaded: set model.pretrain_steps=0 and "
+                "model.finetune_steps=0 (configs/rwku.yaml does)"
             )
         max_length = datamodule.hparams.max_length if datamodule is not None else 0
         if max_length > config.max_position_embeddings:
@@ -435,6 +447,14 @@ class UnlearningModule(LightningModule):
     def log_unlearning_metrics(self, split: str) -> None:
         """The TOFU chain on the forget and utility sets, and the token weights' span AUROC."""
         datamodule = self.trainer.datamodule
+        if datamodule.hparams.get("benchmark") == "rwku":
+            # RWKU: ROUGE-L recall on forget levels 1-3 and neighbor levels 1-2
+            scores, _ = rwku_scores(
+                self.model, self.tokenizer, datamodule.rwku.probes, self.hparams.max_new_tokens
+            )
+            for name, value in scores.items():
+                self.log(f"{split}/{name}_rouge", value)
+            return
         data, n = datamodule.data, self.hparams.eval_items
         utility_sets = {"retain": (data.retain[:n], False), "world": (data.world_facts[:n], True)}
         if data.real_authors:
