@@ -11,16 +11,22 @@ def two_threads(tmp_path, monkeypatch):
 
 @pytest.fixture
 def tiny_args(tmp_path):
-    """Flags that shrink configs/default.yaml to seconds: CPU, 4 batches an epoch, no logger."""
+    """Flags that shrink configs/default.yaml to seconds: horizon 40 (grid 7), 20 trajectories,
+    BC for 10 steps, validator rounds of 5 steps, 5 steps an epoch, no logger."""
     return [
         "--trainer.accelerator=cpu",
-        "--trainer.max_epochs=2",
+        "--trainer.max_steps=20",
         "--trainer.logger=false",
         "--trainer.enable_checkpointing=false",
         "--trainer.enable_progress_bar=false",
+        "--trainer.check_val_every_n_epoch=1",
         f"--trainer.default_root_dir={tmp_path}",
-        "--data.n_train=64",
-        "--data.n_val=32",
-        "--data.n_test=32",
-        "--data.batch_size=16",
+        "--data.horizon=40",
+        "--data.in_features=54",
+        "--data.n_train=20",
+        "--data.n_test=20",
+        "--data.n_eval=4",
+        "--data.steps_per_epoch=5",
+        "--model.bc_steps=10",
+        "--model.validator_steps=5",
     ]

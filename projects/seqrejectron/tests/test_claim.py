@@ -1,7 +1,7 @@
 import pytest
 
-from seqrejectron.claim import run_claim_experiment
 from papers_eval import load_claim
+from seqrejectron.claim import run_claim_experiment
 
 
 @pytest.mark.slow

@@ -1,56 +1,141 @@
+import json
+
+import h5py
+import mujoco
 import numpy as np
 import pytest
 
-from seqrejectron.data import DataFormatError, SeqrejectronDataModule, generate_miniature, load_real
-from papers_cli import ConfigError
-from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
+from papers_data import DatasetNotFoundError
+from seqrejectron.minari_format import (
+    MinariFormatError,
+    ShiftSpecError,
+    apply_shift,
+    check_same_observation_space,
+    load_minari,
+    read_shift_spec,
+)
+
+BALL = """<mujoco><worldbody><body name="ball" pos="0 0 1"><freejoint name="slide"/>
+<geom name="g" type="sphere" size="0.1" mass="1"/></body></worldbody>
+<actuator><motor name="push" joint="slide" gear="1 0 0 0 0 0"/></actuator></mujoco>"""
 
 
-def test_real_format_loader_parses_a_fixture(tmp_path):
-    x = np.arange(12, dtype=np.float32).reshape(4, 3)
-    np.savez(tmp_path / "data.npz", x=x, y=np.ones(4, np.float32))
-    loaded_x, loaded_y = load_real(str(tmp_path), in_features=3)
-    np.testing.assert_array_equal(loaded_x, x)
-    assert loaded_y.shape == (4,)
+def write_minari(root, dataset_id="pointmaze/test-v0", dict_obs=True, bad_episode=False):
+    """A Minari-format file with awkward cases: ids 0, 3, 7 (not contiguous), a dict observation,
+    one episode truncated and one terminated."""
+    folder = root / dataset_id / "data"
+    folder.mkdir(parents=True)
+    with h5py.File(folder / "main_data.hdf5", "w") as f:
+        for episode_id, length, terminated in [(7, 2, False), (0, 4, True), (3, 3, False)]:
+            group = f.create_group(f"episode_{episode_id}")
+            n_obs = length + 1 - int(bad_episode and episode_id == 3)
+            if dict_obs:
+                obs = group.create_group("observations")
+                obs["observation"] = np.full((n_obs, 4), episode_id, dtype=np.float64)
+                obs["desired_goal"] = np.arange(n_obs * 2, dtype=np.float64).reshape(n_obs, 2)
+            else:
+                group["observations"] = np.zeros((n_obs, 4))
+            group["actions"] = np.ones((length, 2), dtype=np.float32)
+            group["rewards"] = np.zeros(length)
+            group["terminations"] = np.array([False] * (length - 1) + [terminated])
+            group["truncations"] = np.array([False] * (length - 1) + [not terminated])
+    return root
 
 
-def test_missing_real_data_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
-    with pytest.raises(DatasetNotFoundError, match="data.npz"):
-        load_real(str(tmp_path), in_features=3)
+def test_minari_loader_parses_awkward_episodes(tmp_path):
+    episodes = load_minari(write_minari(tmp_path), "pointmaze/test-v0")
+    assert [e.id for e in episodes] == [0, 3, 7]
+    assert [len(e.actions) for e in episodes] == [4, 3, 2]
+    assert [(e.terminated, e.truncated) for e in episodes] == [
+        (True, False),
+        (False, True),
+        (False, True),
+    ]
+    first = episodes[0]
+    assert first.observations.shape == (5, 6)  # desired_goal (2) then observation (4), sorted keys
+    np.testing.assert_array_equal(first.observations[:, 2:], 0)
+    np.testing.assert_array_equal(first.observations[1, :2], [2, 3])
+
+
+def test_minari_loader_errors(tmp_path, monkeypatch):
+    with pytest.raises(DatasetNotFoundError, match="main_data.hdf5"):
+        load_minari(tmp_path, "missing-v0")
+    write_minari(tmp_path / "bad", bad_episode=True)
+    with pytest.raises(MinariFormatError, match="T\\+1 observations"):
+        load_minari(tmp_path / "bad", "pointmaze/test-v0")
+
+
+def test_test_trajectories_in_another_observation_space_are_rejected(tmp_path):
+    train = load_minari(write_minari(tmp_path / "a"), "pointmaze/test-v0")
+    test = load_minari(write_minari(tmp_path / "b", dict_obs=False), "pointmaze/test-v0")
+    with pytest.raises(MinariFormatError, match="observation space"):
+        check_same_observation_space(train, test)
+    with pytest.raises(MinariFormatError, match="empty"):
+        check_same_observation_space(train, [])
+
+
+def falling_velocity(model, steps=50, force=1.0):
+    data = mujoco.MjData(model)
+    for _ in range(steps):
+        data.ctrl[:] = force
+        mujoco.mj_step(model, data)
+    return data.qvel.copy()
+
+
+def test_a_mass_edit_needs_set_const_and_changes_the_dynamics():
+    model = mujoco.MjModel.from_xml_string(BALL)
+    before = model.body_invweight0[1, 0]
+    velocity = falling_velocity(model)
+    apply_shift(
+        model, {"edits": [{"element": "body", "name": "ball", "field": "mass", "scale": 2.0}]}
+    )
+    assert model.body_mass[1] == pytest.approx(2.0)
+    assert model.body_invweight0[1, 0] == pytest.approx(before / 2)  # recomputed by mj_setConst
+    shifted = falling_velocity(model)
+    assert shifted[0] == pytest.approx(velocity[0] / 2, rel=1e-3)  # same push, twice the mass
+
+
+def test_wind_and_gain_edits_change_the_transitions(tmp_path):
+    path = tmp_path / "shift.json"
+    path.write_text(
+        json.dumps(
+            {
+                "edits": [
+                    {"element": "actuator", "name": "push", "field": "gear", "scale": 0.5},
+                    {"element": "opt", "field": "density", "value": 1.2},
+                    {"element": "opt", "field": "wind", "value": [0.0, 3.0, 0.0]},
+                ]
+            }
+        )
+    )
+    model = mujoco.MjModel.from_xml_string(BALL)
+    nominal = falling_velocity(model)
+    apply_shift(model, read_shift_spec(path))
+    assert model.actuator_gear[0, 0] == pytest.approx(0.5)
+    shifted = falling_velocity(model)
+    assert shifted[0] == pytest.approx(nominal[0] / 2, rel=1e-3) and abs(shifted[1]) > 1e-4
 
 
 @pytest.mark.parametrize(
-    ("x", "y", "message"),
+    ("edit", "message"),
     [
-        (np.zeros((4, 2)), np.zeros(4), "in_features"),
-        (np.zeros((4, 3)), np.zeros(5), "expected x"),
-        (np.full((4, 3), np.nan), np.zeros(4), "NaN"),
+        (
+            {"element": "body", "name": "ball", "field": "no_such_field", "scale": 2},
+            "body_no_such_field",
+        ),
+        ({"element": "opt", "field": "windd", "value": [0, 0, 0]}, "windd"),
+        ({"element": "body", "name": "nobody", "field": "mass", "scale": 2}, "nobody"),
+        ({"element": "tendon_x", "field": "mass", "scale": 2}, "element kind"),
+        ({"element": "body", "name": "ball", "field": "mass"}, "scale"),
     ],
 )
-def test_bad_data_is_rejected(tmp_path, x, y, message):
-    np.savez(tmp_path / "data.npz", x=x, y=y)
-    with pytest.raises(DataFormatError, match=message):
-        load_real(str(tmp_path), in_features=3)
+def test_a_shift_spec_naming_what_mujoco_lacks_is_a_clear_error(edit, message):
+    model = mujoco.MjModel.from_xml_string(BALL)
+    with pytest.raises(ShiftSpecError, match=message):
+        apply_shift(model, {"edits": [edit]})
 
 
-def test_generator_is_seeded():
-    a, b = generate_miniature(8, 3, 0.1, seed=1), generate_miniature(8, 3, 0.1, seed=1)
-    np.testing.assert_array_equal(a["x"], b["x"])
-    np.testing.assert_allclose(a["y"], a["x"] @ a["w"], atol=0.5)  # y = w.x + small noise
-    assert not np.array_equal(a["x"], generate_miniature(8, 3, 0.1, seed=2)["x"])
-
-
-def test_datamodule_splits_are_disjoint_and_sized():
-    data = SeqrejectronDataModule(n_train=40, n_val=10, n_test=20, in_features=3, seed=0)
-    data.setup()
-    assert [len(s) for s in (data.train_set, data.val_set, data.test_set)] == [40, 10, 20]
-    splits = (data.train_set, data.val_set, data.test_set)
-    assert len({tuple(x.tolist()) for s in splits for x in s.tensors[0]}) == 70
-
-
-def test_too_few_rows_for_the_splits_is_a_clear_error(tmp_path):
-    np.savez(tmp_path / "data.npz", x=np.zeros((10, 3), np.float32), y=np.zeros(10, np.float32))
-    data = SeqrejectronDataModule(root=str(tmp_path), n_train=8, n_val=4, n_test=4, in_features=3)
-    with pytest.raises(ConfigError, match="fewer than"):
-        data.setup()
+def test_an_unreadable_shift_spec_is_a_clear_error(tmp_path):
+    (tmp_path / "s.json").write_text('{"edit": []}')
+    with pytest.raises(ShiftSpecError, match="edits"):
+        read_shift_spec(tmp_path / "s.json")

@@ -152,4 +152,4 @@ class ValidatorRule:
 
 def stop_rate(rule, trajs) -> float:
     taus = rule.stop_times(trajs)
-    return float(np.mean([tau < len(t) for tau, t in zip(taus, trajs)]))
+    return float(np.mean([tau < len(t) for tau, t in zip(taus, trajs, strict=True)]))

@@ -26,7 +26,7 @@ import torch
 
 from papers_cli import project_dir_of, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
-from seqrejectron.experiment import WorldConfig, build_world, episode_metrics, fit_method, world_summary
+from seqrejectron.experiment import WorldConfig, build_world, episode_metrics, fit, world_summary
 
 CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
 SUBJECTS = (
@@ -42,7 +42,12 @@ SUBJECTS = (
     "oracle_stop",
 )
 METRICS = ("train_stop", "test_cost", "test_executed", "horizon_slope", "val_cost_plus_stop")
-VALIDATOR_SUBJECTS = ("seqrejectron", "seqrejectron_exact", "per_step_rejectron", "random_validators")
+VALIDATOR_SUBJECTS = (
+    "seqrejectron",
+    "seqrejectron_exact",
+    "per_step_rejectron",
+    "random_validators",
+)
 
 
 def world_config(settings: dict[str, Any], horizon: int) -> WorldConfig:
@@ -73,7 +78,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
         world = build_world(world_config(settings, int(settings["tuning_horizon"])), seed)
         method_params = params if subject == "seqrejectron" else {}
-        fitted = fit_method(world, subject, epsilon, params, method_params)
+        fitted = fit(world, subject, epsilon, params, method_params)
         outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
         return float(outcome["test_cost"].mean() + outcome["train_stop"].mean())
 
@@ -92,7 +97,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             evidence["worlds"][f"seed{seed}_H{horizon}"] = {
                 k: v for k, v in world_summary(world).items() if k != "config"
             }
-            fitted = fit_method(world, subject, epsilon, params, method_params)
+            fitted = fit(world, subject, epsilon, params, method_params)
             outcome = episode_metrics(fitted.rule, world.eval_p, world.eval_q)
             for key in pooled:
                 pooled[key].append(outcome[key])
@@ -111,7 +116,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
                 evidence["moved"] += fitted.diagnostics["moved"]
             if subject in ("seqrejectron", "seqrejectron_exact"):
                 for eps in settings["epsilon_sweep"]:
-                    swept = fit_method(world, subject, float(eps), params, method_params)
+                    swept = fit(world, subject, float(eps), params, method_params)
                     result = episode_metrics(swept.rule, world.eval_p, world.eval_q)
                     evidence["epsilon_sweep"][f"{subject}_eps{eps}_seed{seed}_H{horizon}"] = {
                         "train_stop": float(result["train_stop"].mean()),
@@ -123,7 +128,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         out["test_dense_cost"] = np.concatenate(dense)
         out["horizon_slope"] = max(abs(horizon_slope(r)) for r in rates.values())
         world = build_world(world_config(settings, int(settings["tuning_horizon"])), seed)
-        fitted = fit_method(world, subject, epsilon, params, method_params)
+        fitted = fit(world, subject, epsilon, params, method_params)
         val = episode_metrics(fitted.rule, world.val_p, world.val_q)
         out["val_cost_plus_stop"] = float(val["test_cost"].mean() + val["train_stop"].mean())
         return out
@@ -154,6 +159,7 @@ def notes(evidence: dict[str, Any]) -> list[str]:
         "Precondition (the shift matters): BC's train cost "
         f"{np.mean([w['bc_train_cost'] for w in worlds]):.3f} vs test cost "
         f"{np.mean([w['bc_test_cost'] for w in worlds]):.3f}; share of test expert states whose "
-        f"pose and view occur in training {np.mean([w['test_state_coverage'] for w in worlds]):.3f}.",
+        "pose and view occur in training "
+        f"{np.mean([w['test_state_coverage'] for w in worlds]):.3f}.",
         "Environment (B) PointMaze is not part of this run (not built; see README).",
     ]

@@ -30,7 +30,8 @@ with eta calibrated on held-out train trajectories.
 The neural relaxation of the argmax in Eq. 2 (after Detectron's disagreement loss): starting from
 pi-hat, minimise
 
-    L(v) = Lambda * CE(v(s^i_t), a^i_t)  +  sum_j w_j sum_{t < tau_V} -log(1 - v(pi-hat(s~^j_t) | s~^j_t))
+    L(v) = Lambda * CE(v(s^i_t), a^i_t)
+           + sum_j w_j sum_{t < tau_V} -log(1 - v(pi-hat(s~^j_t) | s~^j_t))
                                                                                          (Eq. 6)
 
 with w_j = 1 / (m * prefix length) so each test trajectory counts once (trajectory weighting).
@@ -69,7 +70,10 @@ def stop_times(disagreements: Sequence[np.ndarray]) -> np.ndarray:
 def prefix_cut(disagreements: Sequence[np.ndarray], taus: np.ndarray) -> np.ndarray:
     """1[exists t < tau_j: d_jt] per trajectory: the first term of Eq. 2 before averaging."""
     return np.array(
-        [bool(np.any(d[: min(int(tau), len(d))])) for d, tau in zip(disagreements, taus)]
+        [
+            bool(np.any(d[: min(int(tau), len(d))]))
+            for d, tau in zip(disagreements, taus, strict=True)
+        ]
     )
 
 
@@ -85,7 +89,7 @@ def validator_score(
     v(s^i_t) != a^i_t.
     """
     cut = float(prefix_cut(test_disagree, test_taus).mean())
-    train = float(np.mean([bool(np.any(d)) for d in train_disagree]))
+    train = float(np.mean([bool(np.any(d)) for d in train_disagree])) if train_disagree else 0.0
     return cut - lam * train, cut, train
 
 
@@ -98,10 +102,15 @@ def all_tables(n_z: int, n_actions: int) -> np.ndarray:
     return np.array(list(itertools.product(range(n_actions), repeat=n_z)), dtype=np.int64)
 
 
-def pair_masks(zs: Sequence[np.ndarray], actions: Sequence[np.ndarray], n_actions: int) -> np.ndarray:
+def pair_masks(
+    zs: Sequence[np.ndarray], actions: Sequence[np.ndarray], n_actions: int
+) -> np.ndarray:
     """Bitmask of the (z, a) pairs each trajectory contains: bit z * n_actions + a. [N]."""
     return np.array(
-        [np.bitwise_or.reduce(1 << (z * n_actions + a)) if len(z) else 0 for z, a in zip(zs, actions)],
+        [
+            np.bitwise_or.reduce(1 << (z * n_actions + a)) if len(z) else 0
+            for z, a in zip(zs, actions, strict=True)
+        ],
         dtype=np.int64,
     )
 
@@ -139,7 +148,7 @@ def exact_search(
     for _ in range(max_rounds):
         prefixes = [
             (z[: min(int(t), len(z))], a[: min(int(t), len(a))])
-            for z, a, t in zip(test_z, test_pihat, taus)
+            for z, a, t in zip(test_z, test_pihat, taus, strict=True)
         ]
         masks = pair_masks([p[0] for p in prefixes], [p[1] for p in prefixes], n_actions)
         cut = ((masks[None, :] & ~agree[:, None]) != 0).mean(axis=1)  # [K]
@@ -152,7 +161,7 @@ def exact_search(
             break
         chosen.append(best)
         table = tables[best]
-        for j, (z, a) in enumerate(zip(test_z, test_pihat)):
+        for j, (z, a) in enumerate(zip(test_z, test_pihat, strict=True)):
             taus[j] = min(taus[j], first_true(table[z] != a))
         rounds[-1]["size"] = len(chosen)
     return chosen, rounds
@@ -198,12 +207,17 @@ def calibrate_threshold(max_scores: np.ndarray, rate: float) -> float:
 def make_policy(in_features: int, hidden: int, n_actions: int) -> nn.Module:
     """pi-hat and the neural validators: [N, F] -> logits [N, A]."""
     return nn.Sequential(
-        nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(in_features, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
         nn.Linear(hidden, n_actions),
     )
 
 
-def disagreement_loss(logits: torch.Tensor, avoid: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def disagreement_loss(
+    logits: torch.Tensor, avoid: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
     """The test term of Eq. 6: sum_k w_k * -log(1 - v(avoid_k | s_k)). logits [K, A], avoid [K]."""
     log_p = torch.log_softmax(logits, dim=-1)
     log_other = torch.logsumexp(

@@ -7,14 +7,16 @@ and expert actions, the unlabelled test states and the length of each test traje
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
 from papers_cli import ConfigError
 from papers_gpu import run_seed
-from seqrejectron.envs import SHIFTS, Layout, expert_policy
+from seqrejectron.envs import Layout, expert_policy
 from seqrejectron.experiment import SIZES, episode_seeds
 from seqrejectron.search import stack
 
@@ -39,8 +41,8 @@ class Episodes(Dataset):
     def __len__(self) -> int:
         return len(self.seeds)
 
-    def __getitem__(self, index: int) -> int:
-        return self.seeds[index]
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([self.seeds[index]])
 
 
 def first(items: list):
@@ -53,9 +55,9 @@ class SeqRejectronDataModule(LightningDataModule):
 
     def __init__(
         self,
-        horizon: PositiveInt = 80,
-        shift: str = "wind",
-        strength: float = 0.3,
+        horizon: Literal[40, 80, 160] = 80,
+        shift: Literal["wind", "ice"] = "wind",
+        strength: ClosedUnitInterval = 0.3,
         n_train: PositiveInt = 200,
         n_test: PositiveInt = 200,
         n_eval: PositiveInt = 100,
@@ -65,12 +67,6 @@ class SeqRejectronDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if horizon not in SIZES:
-            raise ConfigError(f"data.horizon must be one of {sorted(SIZES)}, got {horizon}")
-        if shift not in SHIFTS[1:]:
-            raise ConfigError(f"data.shift must be one of {SHIFTS[1:]}, got '{shift}'")
-        if not 0 <= strength <= 1:
-            raise ConfigError(f"data.strength must lie in [0, 1], got {strength}")
         size, _ = SIZES[horizon]
         if in_features != 2 * size + 40:
             raise ConfigError(
@@ -84,8 +80,12 @@ class SeqRejectronDataModule(LightningDataModule):
         size, crossings = SIZES[h.horizon]
         self.train_env = Layout(size, crossings, h.horizon, layout_seed=self.seed * 1000 + size)
         self.test_env = self.train_env.with_shift(h.shift, h.strength)
-        self.train = [self.train_env.rollout(expert_policy, s) for s in episode_seeds(self.seed, 0, h.n_train)]
-        self.test = [self.test_env.rollout(expert_policy, s) for s in episode_seeds(self.seed, 1, h.n_test)]
+        self.train = [
+            self.train_env.rollout(expert_policy, s) for s in episode_seeds(self.seed, 0, h.n_train)
+        ]
+        self.test = [
+            self.test_env.rollout(expert_policy, s) for s in episode_seeds(self.seed, 1, h.n_test)
+        ]
         check_same_space(self.train, self.test)
         self.batch = {
             "train_x": stack(self.train),

@@ -30,7 +30,9 @@ from minigrid.envs import CrossingEnv
 EMPTY, WALL, LAVA, GOAL = 0, 1, 2, 3
 LEFT, RIGHT, FORWARD = 0, 1, 2
 N_ACTIONS = 3
-DIRECTIONS = np.array([(1, 0), (0, 1), (-1, 0), (0, -1)])  # MiniGrid: 0 east, 1 south, 2 west, 3 north
+DIRECTIONS = np.array(
+    [(1, 0), (0, 1), (-1, 0), (0, -1)]
+)  # MiniGrid: 0 east, 1 south, 2 west, 3 north
 SHIFTS = ("none", "wind", "ice")
 
 
@@ -38,7 +40,7 @@ class ShiftError(ValueError):
     user_facing = True
 
 
-class TestDynamics(gym.Wrapper):
+class ShiftedDynamics(gym.Wrapper):
     """The test dynamics Q (``wind`` or ``ice``) around a MiniGrid env; ``none`` is P."""
 
     def __init__(self, env: gym.Env, shift: str, strength: float) -> None:
@@ -78,9 +80,11 @@ class LavaCrossing(CrossingEnv):
         return {"direction": self.agent_dir}
 
 
-def make_env(size: int, crossings: int, horizon: int, layout_seed: int, shift: str, strength: float):
+def make_env(
+    size: int, crossings: int, horizon: int, layout_seed: int, shift: str, strength: float
+):
     """A lava-crossing layout (fixed by ``layout_seed``) under dynamics ``shift``."""
-    env = TestDynamics(
+    env = ShiftedDynamics(
         LavaCrossing(size=size, num_crossings=crossings, max_steps=horizon), shift, strength
     )
     env.reset(seed=layout_seed)

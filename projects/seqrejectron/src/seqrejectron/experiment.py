@@ -96,13 +96,18 @@ def episode_metrics(rule, p_trajs, q_trajs) -> dict[str, np.ndarray]:
     """Per-episode outcomes of a stop rule on pi-hat's rollouts: train stops (P), test cost
     before stopping (Q, sparse: lava or timeout), executed test episodes, dense test cost."""
     tau_p, tau_q = rule.stop_times(p_trajs), rule.stop_times(q_trajs)
-    stopped_q = np.array([tau < len(t) for tau, t in zip(tau_q, q_trajs)])
+    stopped_q = np.array([tau < len(t) for tau, t in zip(tau_q, q_trajs, strict=True)])
     return {
-        "train_stop": np.array([tau < len(t) for tau, t in zip(tau_p, p_trajs)], dtype=float),
+        "train_stop": np.array(
+            [tau < len(t) for tau, t in zip(tau_p, p_trajs, strict=True)], dtype=float
+        ),
         "test_cost": np.array([t.cost for t in q_trajs], dtype=float) * ~stopped_q,
         "test_executed": (~stopped_q).astype(float),
         "test_dense_cost": np.array(
-            [float((t.actions[: min(tau, len(t))] != t.expert[: min(tau, len(t))]).sum()) for tau, t in zip(tau_q, q_trajs)]
+            [
+                float((t.actions[: min(tau, len(t))] != t.expert[: min(tau, len(t))]).sum())
+                for tau, t in zip(tau_q, q_trajs, strict=True)
+            ]
         ),
     }
 
@@ -136,7 +141,7 @@ def fit_method(
             [t.z for t in world.train],
             [t.expert for t in world.train],
             epsilon,
-            lam=params.get("lam", 2.0),
+            lam=params.get("lam", 20.0),
         )
         return Fitted(TableRule(TABLES[chosen]), {"n_validators": len(chosen), "rounds": rounds})
     if name in ("seqrejectron", "per_step_rejectron"):
@@ -145,7 +150,7 @@ def fit_method(
             world.train,
             world.test,
             epsilon,
-            lam=params.get("lam", 2.0),
+            lam=params.get("lam", 20.0),
             steps=SEARCH_STEPS,
             lr=SEARCH_LR,
             seed=seed,
@@ -153,7 +158,11 @@ def fit_method(
         )
         return Fitted(
             ValidatorRule(world.pihat, result.validators),
-            {"n_validators": len(result.validators), "rounds": result.rounds, "moved": result.moved},
+            {
+                "n_validators": len(result.validators),
+                "rounds": result.rounds,
+                "moved": result.moved,
+            },
         )
     if name == "bc":
         return Fitted(NeverStop(), {})
@@ -161,11 +170,21 @@ def fit_method(
         return Fitted(OracleRule(), {})
     target = calibration_target(world, epsilon, method_key)
     if name == "ensemble":
-        rule = EnsembleRule(world.pihat, world.train, params.get("members", 5), cfg.hidden, cfg.bc_steps, cfg.bc_lr, seed)
+        rule = EnsembleRule(
+            world.pihat,
+            world.train,
+            params.get("members", 5),
+            cfg.hidden,
+            cfg.bc_steps,
+            cfg.bc_lr,
+            seed,
+        )
     elif name == "novelty":
         rule = NoveltyRule(world.train, params.get("k", 1))
     elif name == "domain_classifier":
-        rule = DomainClassifierRule(world.train, world.test, params.get("hidden", 32), 300, 0.01, seed)
+        rule = DomainClassifierRule(
+            world.train, world.test, params.get("hidden", 32), 300, 0.01, seed
+        )
     elif name == "random_time":
         rule = RandomTimeRule(seed)
     elif name == "random_validators":
@@ -179,7 +198,7 @@ def fit_method(
 
 
 def params_key(params: dict) -> tuple:
-    return tuple(sorted({"lam": params.get("lam", 2.0)}.items()))
+    return tuple(sorted({"lam": params.get("lam", 20.0)}.items()))
 
 
 @functools.lru_cache(maxsize=256)
@@ -187,12 +206,29 @@ def fit_cached(world: World, name: str, epsilon: float, key: tuple) -> Fitted:
     return fit_method(world, name, epsilon, dict(key), dict(key))
 
 
+@functools.lru_cache(maxsize=1024)
+def _fit(world: World, name: str, epsilon: float, params: tuple, method_params: tuple) -> Fitted:
+    return fit_method(world, name, epsilon, dict(params), dict(method_params))
+
+
+def fit(world: World, name: str, epsilon: float, params: dict, method_params: dict) -> Fitted:
+    """``fit_method``, memoised: every fit is a deterministic function of its arguments, and
+    the claim run asks for the same fit for tuning, calibration, evaluation and the sweep."""
+    if name == "seqrejectron":
+        return fit_cached(world, name, epsilon, params_key(params))
+    return _fit(
+        world, name, epsilon, tuple(sorted(params.items())), tuple(sorted(method_params.items()))
+    )
+
+
 def calibration_target(world: World, epsilon: float, method_key: tuple) -> float:
     method = fit_cached(world, "seqrejectron", epsilon, method_key)
     return max(stop_rate(method.rule, world.calibration), epsilon / 2)
 
 
-def calibrated_random_validators(world: World, count: int, target: float, seed: int) -> ValidatorRule:
+def calibrated_random_validators(
+    world: World, count: int, target: float, seed: int
+) -> ValidatorRule:
     """The largest noise scale (on a geometric grid) whose perturbed copies of pi-hat stop at
     most ``target`` of the calibration rollouts."""
     best = ValidatorRule(world.pihat, [])

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import torch
-from jsonargparse.typing import PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, OpenUnitInterval, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 from torch import nn
 
@@ -40,9 +40,9 @@ class SeqRejectronModule(LightningModule):
         lr: PositiveFloat = 0.01,
         bc_steps: PositiveInt = 300,
         validator_steps: PositiveInt = 150,
-        epsilon: float = 0.05,
+        epsilon: OpenUnitInterval = 0.05,
         lam: PositiveFloat = 20.0,
-        score_lambda: float = 1.0,
+        score_lambda: NonNegativeFloat = 1.0,
     ) -> None:
         super().__init__()
         check_epsilon(epsilon)
@@ -74,53 +74,76 @@ class SeqRejectronModule(LightningModule):
         step, h = self.global_step, self.hparams
         if step < h.bc_steps:
             loss = nn.functional.cross_entropy(self.pihat(batch["train_x"]), batch["train_a"])
-            self.log("train/bc_loss", loss, prog_bar=True)
-            return loss
+            self.log("train/bc_loss", loss, prog_bar=True, batch_size=1)
+            return self.touch_every_parameter(loss)
         if bool(self.done):
+            self.trainer.should_stop = True  # the search has ended; nothing left to fit
             return None
+        with torch.no_grad():  # pi-hat is fixed now; logged so every step reports the same keys
+            bc_loss = nn.functional.cross_entropy(self.pihat(batch["train_x"]), batch["train_a"])
+        self.log("train/bc_loss", bc_loss, prog_bar=True, batch_size=1)
         round_step = (step - h.bc_steps) % h.validator_steps
         if round_step == 0:
             self.start_round()
         lengths = [int(n) for n in batch["test_lengths"]]
-        cut = [min(int(t), n) for t, n in zip(self.taus.tolist(), lengths)]
+        cut = [min(int(t), n) for t, n in zip(self.taus.tolist(), lengths, strict=True)]
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         index = torch.from_numpy(
-            np.concatenate([np.arange(s, s + c) for s, c in zip(starts, cut)]).astype(np.int64)
+            np.concatenate([np.arange(s, s + c) for s, c in zip(starts, cut, strict=True)]).astype(
+                np.int64
+            )
         ).to(batch["test_x"].device)
         with torch.no_grad():
             avoid = self.act(batch["test_x"][index])
         weights = prefix_weights(cut, per_trajectory=True).to(batch["test_x"])
         loss = relaxed_loss(
-            self.candidate, batch["train_x"], batch["train_a"], batch["test_x"][index], avoid, weights, h.lam
+            self.candidate,
+            batch["train_x"],
+            batch["train_a"],
+            batch["test_x"][index],
+            avoid,
+            weights,
+            h.lam,
         )
-        self.log("train/validator_loss", loss, prog_bar=True)
+        self.log("train/validator_loss", loss, prog_bar=True, batch_size=1)
         if round_step == h.validator_steps - 1:
             self.end_round(batch, lengths)
-        return loss
+        return self.touch_every_parameter(loss)
+
+    def touch_every_parameter(self, loss: torch.Tensor) -> torch.Tensor:
+        """Add 0 x every parameter, so DDP sees a gradient (zero) for the networks a phase does
+        not train; with their Adam state cleared (``start_round``), a zero gradient moves
+        nothing."""
+        return loss + 0.0 * sum(p.sum() for p in self.parameters())
 
     def start_round(self) -> None:
         self.candidate.load_state_dict(self.pihat.state_dict())
         optimizer = self.optimizers().optimizer
-        for p in self.candidate.parameters():
-            optimizer.state.pop(p, None)  # a fresh Adam state for each candidate
+        # a fresh Adam state for each candidate; pi-hat's is dropped so it stays where BC left it
+        for p in [*self.candidate.parameters(), *self.pihat.parameters()]:
+            optimizer.state.pop(p, None)
 
     @torch.no_grad()
     def candidate_disagreements(self, batch, lengths):
-        test_dis = (self.candidate(batch["test_x"]).argmax(-1) != self.act(batch["test_x"])).cpu().numpy()
+        test_dis = (
+            (self.candidate(batch["test_x"]).argmax(-1) != self.act(batch["test_x"])).cpu().numpy()
+        )
         train_dis = (self.candidate(batch["train_x"]).argmax(-1) != batch["train_a"]).cpu().numpy()
         return np.split(test_dis, np.cumsum(lengths)[:-1]), train_dis
 
     @torch.no_grad()
     def end_round(self, batch, lengths) -> None:
         test_dis, train_dis = self.candidate_disagreements(batch, lengths)
-        # train disagreement per train trajectory is not in the batch; the state rate bounds it
-        # from below, and the claim run (search.neural_search) scores trajectories exactly.
-        score, cut, train_rate = validator_score(
-            test_dis, self.taus.cpu().numpy(), [train_dis], self.hparams.score_lambda
-        )
+        # The batch holds train states, not train trajectories, so the train term here is the
+        # per-state disagreement rate (a lower bound on the trajectory rate of Eq. 2); the claim
+        # run (search.neural_search) scores train trajectories exactly.
+        _, cut, _ = validator_score(test_dis, self.taus.cpu().numpy(), [], 0.0)
         train_rate = float(train_dis.mean())
         score = cut - self.hparams.score_lambda * train_rate
-        self.log_dict({"round/score": score, "round/cut": cut, "round/train_disagreement": train_rate})
+        self.log_dict(
+            {"round/score": score, "round/cut": cut, "round/train_disagreement": train_rate},
+            batch_size=1,
+        )
         eps = self.hparams.epsilon
         if score <= eps or train_rate > eps / 2 or int(self.n_validators) >= self.max_validators:
             self.done.fill_(True)
@@ -139,18 +162,27 @@ class SeqRejectronModule(LightningModule):
             accuracy = (self.act(batch["train_x"]) == batch["train_a"]).float().mean()
             test_stop = self.stop_flags(batch["test_x"]).float().mean()
         self.log_dict(
-            {"val/bc_train_accuracy": accuracy, "val/test_state_stop": test_stop, "val/n_validators": self.n_validators.float()},
+            {
+                "val/bc_train_accuracy": accuracy,
+                "val/test_state_stop": test_stop,
+                "val/n_validators": self.n_validators.float(),
+            },
             sync_dist=True,
+            batch_size=1,
         )
 
     # -- testing: roll the selective policy out -------------------------------------------
     def test_step(self, episode_seed, batch_idx):
         data = self.trainer.datamodule
         policy = self.rollout_policy()
-        seed = int(episode_seed)
+        seed = int(episode_seed[0])
         p_traj, q_traj = data.train_env.rollout(policy, seed), data.test_env.rollout(policy, seed)
-        tau_p = first_true(self.stop_flags(torch.from_numpy(p_traj.feats).to(self.device)).cpu().numpy())
-        tau_q = first_true(self.stop_flags(torch.from_numpy(q_traj.feats).to(self.device)).cpu().numpy())
+        tau_p = first_true(
+            self.stop_flags(torch.from_numpy(p_traj.feats).to(self.device)).cpu().numpy()
+        )
+        tau_q = first_true(
+            self.stop_flags(torch.from_numpy(q_traj.feats).to(self.device)).cpu().numpy()
+        )
         stopped_q = tau_q < len(q_traj)
         self.log_dict(
             {
@@ -171,4 +203,4 @@ class SeqRejectronModule(LightningModule):
         return act
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, foreach=True)

@@ -34,7 +34,13 @@ def split_like(values: np.ndarray, trajs) -> list[np.ndarray]:
 
 
 def fit_bc(
-    trajs, hidden: int, steps: int, lr: float, seed: int, n_actions: int = 3, bootstrap: bool = False
+    trajs,
+    hidden: int,
+    steps: int,
+    lr: float,
+    seed: int,
+    n_actions: int = 3,
+    bootstrap: bool = False,
 ) -> nn.Module:
     """pi-hat: full-batch cross-entropy (log-loss) behaviour cloning on the expert's actions."""
     generator = torch.Generator().manual_seed(seed)
@@ -97,8 +103,10 @@ def neural_search(
     result = SearchResult()
     for _ in range(max_rounds):
         if sequential:
-            lengths = [min(int(t), len(tr)) for t, tr in zip(taus, test)]
-            mask = np.concatenate([np.arange(len(tr)) < n for tr, n in zip(test, lengths)])
+            lengths = [min(int(t), len(tr)) for t, tr in zip(taus, test, strict=True)]
+            mask = np.concatenate(
+                [np.arange(len(tr)) < n for tr, n in zip(test, lengths, strict=True)]
+            )
             weights = prefix_weights(lengths, per_trajectory=True)
         else:
             mask = alive
@@ -159,7 +167,9 @@ def perturbed_copies(pihat: nn.Module, count: int, scale: float, seed: int) -> l
     return copies
 
 
-def union_disagreement(pihat: nn.Module, validators: Sequence[nn.Module], x: torch.Tensor) -> np.ndarray:
+def union_disagreement(
+    pihat: nn.Module, validators: Sequence[nn.Module], x: torch.Tensor
+) -> np.ndarray:
     """Per state: does any validator's action differ from pi-hat's? [N] bool."""
     base = greedy(pihat, x)
     flags = np.zeros(len(x), dtype=bool)
