@@ -139,3 +139,16 @@ def test_an_unreadable_shift_spec_is_a_clear_error(tmp_path):
     (tmp_path / "s.json").write_text('{"edit": []}')
     with pytest.raises(ShiftSpecError, match="edits"):
         read_shift_spec(tmp_path / "s.json")
+
+
+def test_environment_a_rejects_an_empty_or_mismatched_unlabelled_set():
+    from papers_cli import ConfigError
+    from seqrejectron.data import check_same_space
+    from seqrejectron.envs import Layout, expert_policy
+
+    small, large = Layout(7, 1, 40, 1), Layout(9, 2, 80, 1)
+    train = [small.rollout(expert_policy, s) for s in range(3)]
+    with pytest.raises(ConfigError, match="empty"):
+        check_same_space(train, [])
+    with pytest.raises(ConfigError, match="another observation space"):
+        check_same_space(train, [large.rollout(expert_policy, 0)])
