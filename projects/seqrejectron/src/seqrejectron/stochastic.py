@@ -9,8 +9,10 @@ Reconstruction [R/G, design note]: a validator v starts from pi-hat and maximise
 
 on the labelled train states; it is accepted when the first term exceeds epsilon and its train
 NLL is within ``slack`` of pi-hat's; acceptance counts the not-yet-stopped test trajectories
-whose cumulative H^2 to the candidate reaches ``eta_search`` (the relaxed term is for training). tau_j is the cumulative stop at ``eta_search`` under the
-validators accepted so far; stopped trajectories no longer count. Deployment: tau = min{t : sum_u max_v H^2 >= eta}, eta calibrated.
+whose cumulative H^2 to the candidate reaches ``eta_search`` (the relaxed term is for
+training). tau_j is the cumulative stop at ``eta_search`` under the validators accepted so far;
+stopped trajectories no longer count. Deployment: tau = min{t : sum_u max_v H^2 >= eta}, with
+eta calibrated.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def hellinger_search(
         candidate = copy.deepcopy(pihat).train()
         optimizer = torch.optim.Adam(candidate.parameters(), lr=lr)
 
-        def objective(v):
+        def objective(v, alive=alive):
             # Eq. 3 in log space: sqrt(p q) = exp((log p + log q) / 2) has a finite gradient
             log_q = torch.log_softmax(v(test_x), -1)
             h = (1 - torch.exp(0.5 * (log_p_hat + log_q)).sum(-1)).clamp(0, 1) * alive
@@ -134,7 +136,7 @@ class HellingerStopRule:
 
     def calibrate(self, calibration, rate: float) -> HellingerStopRule:
         totals = [c[-1] if len(c) else 0.0 for c in self.cumulative(calibration)]
-        # 'stop when the sum reaches eta' = 'stop when the total exceeds kappa' with eta just above kappa
+        # 'the sum reaches eta' = 'the total exceeds kappa' for eta just above kappa
         self.eta = float(np.nextafter(calibrate_threshold(totals, rate), np.inf))
         return self
 
