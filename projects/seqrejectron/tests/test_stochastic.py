@@ -46,3 +46,35 @@ def test_cumulative_hellinger_stop_is_calibrated_and_cuts_test_cost():
     assert outcome["train_stop"].mean() <= 0.15
     never = np.mean([t.cost for t in held_out_q])
     assert outcome["test_cost"].mean() < never
+
+
+def test_hellinger_stop_is_zero_for_pihat_itself_and_calibrated_otherwise():
+    from seqrejectron.core import INF
+    from seqrejectron.envs import Trajectory
+
+    torch.manual_seed(0)
+    pihat = torch.nn.Linear(4, 3)
+    x = torch.randn(50, 4)
+    assert np.all(step_divergences(pihat, [pihat], x) < 1e-6)
+    assert np.all(step_divergences(pihat, [], x) == 0)
+    other = torch.nn.Linear(4, 3)
+    d = step_divergences(pihat, [other, pihat], x)
+    assert np.all(d > 0) and np.all(d <= 1)
+
+    def traj(n, seed):
+        feats = torch.randn(n, 4, generator=torch.Generator().manual_seed(seed)).numpy()
+        zeros = np.zeros(n, int)
+        return Trajectory(feats=feats, z=zeros, expert=zeros, actions=zeros, cost=0)
+
+    calibration = [traj(5 + s % 7, s) for s in range(100)]
+    rule = HellingerStopRule(pihat, [other]).calibrate(calibration, 0.1)
+    taus = rule.stop_times(calibration)
+    assert np.mean([tau < len(t) for tau, t in zip(taus, calibration, strict=True)]) <= 0.1
+    assert np.mean([tau < len(t) for tau, t in zip(taus, calibration, strict=True)]) >= 0.05
+    assert (
+        HellingerStopRule(pihat, [])
+        .calibrate(calibration, 0.1)
+        .stop_times(calibration[:3])
+        .tolist()
+        == [INF] * 3
+    )
