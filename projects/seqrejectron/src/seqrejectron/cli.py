@@ -1,0 +1,36 @@
+"""Entry points: ``train`` (LightningCLI) and ``reproduce`` (the claim experiment, claim.py)."""
+
+from __future__ import annotations
+
+from papers_cli import PapersCLI, cli_main
+from seqrejectron.data import SeqRejectronDataModule
+from seqrejectron.model import SeqRejectronModule
+
+
+class SeqRejectronCLI(PapersCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.in_features", "model.in_features")
+        parser.link_arguments("data.n_test", "model.n_test")
+
+
+def train(args: list[str] | None = None) -> PapersCLI:
+    """LightningCLI over the project's module and data; returns the CLI (trainer, model)."""
+    return cli_main(
+        SeqRejectronModule,
+        SeqRejectronDataModule,
+        project_file=__file__,
+        args=args,
+        cli_class=SeqRejectronCLI,
+    )
+
+
+def main() -> None:
+    """Console entry point of `uv run train` (and of the unique `seqrejectron` script)."""
+    train()
+
+
+def reproduce() -> None:
+    """Console entry point of `uv run reproduce`."""
+    from seqrejectron.claim import run_claim_experiment
+
+    run_claim_experiment()

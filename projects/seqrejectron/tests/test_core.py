@@ -1,0 +1,206 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from seqrejectron.core import (
+    INF,
+    all_tables,
+    calibrate_threshold,
+    check_epsilon,
+    cumulative_stop_time,
+    disagreement_loss,
+    exact_search,
+    hellinger_sq_categorical,
+    hellinger_sq_gaussian,
+    pair_masks,
+    prefix_cut,
+    prefix_weights,
+    stop_times,
+    validator_score,
+)
+from seqrejectron.search import SearchResult, neural_search
+
+
+def test_stop_time_is_the_first_disagreement():
+    flags = [np.array([0, 0, 1, 1], bool), np.zeros(3, bool), np.array([1, 0], bool)]
+    assert stop_times(flags).tolist() == [2, INF, 0]
+
+
+def test_validator_score_matches_a_hand_count():
+    # three test trajectories, prefixes cut at tau = (2, INF, 0)
+    test = [np.array([0, 1, 1], bool), np.array([0, 0, 1], bool), np.array([1, 1], bool)]
+    taus = np.array([2, INF, 0])
+    # traj 0: disagreement at t=1 < 2 -> cut; traj 1: t=2 < inf -> cut; traj 2: prefix empty
+    train = [np.zeros(4, bool), np.array([0, 1], bool), np.zeros(2, bool), np.zeros(1, bool)]
+    score, cut, train_rate = validator_score(test, taus, train, lam=2.0)
+    assert cut == pytest.approx(2 / 3) and train_rate == pytest.approx(1 / 4)
+    assert score == pytest.approx(2 / 3 - 2.0 / 4)
+    assert prefix_cut(test, taus).tolist() == [True, True, False]
+
+
+def test_epsilon_outside_the_unit_interval_is_an_error():
+    for bad in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="epsilon"):
+            check_epsilon(bad)
+
+
+def random_problem(rng, n_z=4, n_traj=60, length=6):
+    """Trajectories over n_z abstract states with a fixed expert table and pi-hat = expert except
+    on z = n_z - 1, which training never visits."""
+    expert = rng.integers(3, size=n_z)
+    pihat = expert.copy()
+    pihat[-1] = (expert[-1] + 1) % 3
+    train_z = [rng.integers(n_z - 1, size=length) for _ in range(n_traj)]
+    test_z = [rng.integers(n_z, size=length) for _ in range(n_traj)]
+    return expert, pihat, train_z, test_z
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 0.1, 0.3])
+def test_exact_loop_adds_at_most_one_over_epsilon_validators_each_cutting_epsilon(epsilon):
+    rng = np.random.default_rng(0)
+    n_z = 4
+    tables = all_tables(n_z, 3)
+    expert, pihat, train_z, test_z = random_problem(rng, n_z)
+    test_pihat = [pihat[z] for z in test_z]
+    chosen, rounds = exact_search(
+        tables, 3, test_z, test_pihat, train_z, [expert[z] for z in train_z], epsilon, lam=2.0
+    )
+    assert 1 <= len(chosen) <= math.ceil(1 / epsilon)
+    for accepted in rounds[: len(chosen)]:
+        assert accepted["cut"] > epsilon and accepted["train"] == 0
+    assert rounds[-1]["score"] <= epsilon or len(chosen) == math.ceil(1 / epsilon)
+    # the chosen validators stop every test trajectory on which pi-hat errs (z = n_z - 1)
+    errs = np.array([bool(np.any(z == n_z - 1)) for z in test_z])
+    cut = np.zeros(len(test_z), bool)
+    for k in chosen:
+        cut |= np.array([bool(np.any(tables[k][z] != pihat[z])) for z in test_z])
+    assert cut[errs].all()
+
+
+def test_the_expert_is_a_feasible_validator():
+    rng = np.random.default_rng(1)
+    tables = all_tables(4, 3)
+    expert, pihat, train_z, test_z = random_problem(rng)
+    index = int(np.flatnonzero((tables == expert).all(axis=1))[0])
+    masks = pair_masks(train_z, [expert[z] for z in train_z], 3)
+    agree = np.bitwise_or.reduce(1 << (np.arange(4) * 3 + expert))
+    assert not np.any(masks & ~agree)  # no train disagreement
+    test_dis = [expert[z] != pihat[z] for z in test_z]
+    score, cut, train = validator_score(
+        test_dis, np.full(len(test_z), INF), [expert[z] != expert[z] for z in train_z], 2.0
+    )
+    assert train == 0 and cut > 0.5 and index >= 0
+
+
+def test_neural_search_reaches_the_exact_maximum_on_a_toy():
+    """One-hot z inputs: the network class contains every table, so the relaxation's first
+    validator should cut as many test prefixes as the best table."""
+    rng = np.random.default_rng(2)
+    n_z = 5
+    expert, pihat_table, train_z, test_z = random_problem(rng, n_z, n_traj=40)
+
+    class T:
+        def __init__(self, z, table):
+            self.feats = np.eye(n_z, dtype=np.float32)[z]
+            self.expert = table[z]
+            self.z = z
+
+        def __len__(self):
+            return len(self.z)
+
+    train = [T(z, expert) for z in train_z]
+    test = [T(z, expert) for z in test_z]
+    torch.manual_seed(0)
+    pihat = torch.nn.Sequential(torch.nn.Linear(n_z, 3))
+    with torch.no_grad():
+        pihat[0].weight.copy_(5 * torch.eye(3)[pihat_table].T)
+        pihat[0].bias.zero_()
+    result: SearchResult = neural_search(
+        pihat, train, test, epsilon=0.05, lam=20.0, steps=300, lr=0.05, seed=0
+    )
+    _, rounds = exact_search(
+        all_tables(n_z, 3),
+        3,
+        test_z,
+        [pihat_table[z] for z in test_z],
+        train_z,
+        [expert[z] for z in train_z],
+        0.05,
+        lam=2.0,
+    )
+    assert result.rounds[0]["cut"] == pytest.approx(rounds[0]["cut"])
+    assert result.rounds[0]["train"] == 0
+
+
+def test_categorical_hellinger_is_a_bounded_divergence():
+    torch.manual_seed(0)
+    p = torch.softmax(torch.randn(200, 4), -1)
+    q = torch.softmax(torch.randn(200, 4), -1)
+    h = hellinger_sq_categorical(p, q)
+    assert ((h >= 0) & (h <= 1)).all() and (h > 0).all()
+    assert hellinger_sq_categorical(p, p).abs().max() < 1e-6
+    disjoint = hellinger_sq_categorical(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]))
+    assert disjoint.item() == pytest.approx(1.0)
+    # by hand: p = (0.5, 0.5), q = (1, 0): 1 - sqrt(0.5)
+    assert hellinger_sq_categorical(
+        torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0])
+    ).item() == pytest.approx(1 - math.sqrt(0.5))
+
+
+@pytest.mark.parametrize(
+    ("m1", "s1", "m2", "s2"), [(0.0, 1.0, 0.0, 1.0), (0.0, 1.0, 1.5, 0.5), (-1.0, 0.3, 2.0, 2.0)]
+)
+def test_gaussian_hellinger_matches_quadrature(m1, s1, m2, s2):
+    x = np.linspace(-30, 30, 200_001)
+    p = np.exp(-((x - m1) ** 2) / (2 * s1**2)) / (s1 * math.sqrt(2 * math.pi))
+    q = np.exp(-((x - m2) ** 2) / (2 * s2**2)) / (s2 * math.sqrt(2 * math.pi))
+    quadrature = 1 - np.trapezoid(np.sqrt(p * q), x)
+    closed = hellinger_sq_gaussian(
+        *(torch.tensor([v], dtype=torch.float64) for v in (m1, s1, m2, s2))
+    )
+    assert closed.item() == pytest.approx(quadrature, abs=1e-6)
+    assert (closed.item() == pytest.approx(0.0, abs=1e-12)) == (m1 == m2 and s1 == s2)
+
+
+def test_diagonal_gaussian_hellinger_multiplies_the_coefficients():
+    m1, s1 = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 2.0])
+    m2, s2 = torch.tensor([1.0, 1.0]), torch.tensor([1.0, 1.0])
+    one = [
+        1 - hellinger_sq_gaussian(m1[i : i + 1], s1[i : i + 1], m2[i : i + 1], s2[i : i + 1])
+        for i in range(2)
+    ]
+    both = hellinger_sq_gaussian(m1, s1, m2, s2)
+    assert both.item() == pytest.approx(1 - (one[0] * one[1]).item())
+
+
+def test_cumulative_stop_is_the_first_crossing():
+    d = np.array([0.1, 0.2, 0.05, 0.3, 0.4])
+    assert cumulative_stop_time(d, 0.35) == 2  # 0.1 + 0.2 + 0.05 = 0.35 reaches eta at t = 2
+    assert cumulative_stop_time(d, 0.3500001) == 3
+    assert cumulative_stop_time(d, 10.0) == INF
+
+
+def test_calibrated_threshold_stops_at_most_the_rate():
+    rng = np.random.default_rng(0)
+    scores = rng.random(200)
+    for rate in (0.0, 0.05, 0.2):
+        kappa = calibrate_threshold(scores, rate)
+        assert (scores > kappa).mean() <= rate
+        assert (scores >= kappa).mean() > rate  # the smallest such threshold
+
+
+def test_disagreement_loss_pushes_away_from_the_avoided_action():
+    logits = torch.zeros(4, 3, requires_grad=True)
+    avoid = torch.tensor([0, 1, 2, 0])
+    loss = disagreement_loss(logits, avoid, torch.full((4,), 0.25))
+    assert loss.item() == pytest.approx(-math.log(2 / 3))
+    loss.backward()
+    assert (logits.grad[torch.arange(4), avoid] > 0).all()  # descent lowers the avoided logit
+
+
+def test_prefix_weights_count_each_trajectory_once():
+    w = prefix_weights([2, 0, 4], per_trajectory=True)
+    assert w.tolist() == pytest.approx([0.25, 0.25, 0.125, 0.125, 0.125, 0.125])
+    assert prefix_weights([3, 1], per_trajectory=False).tolist() == pytest.approx([0.25] * 4)
