@@ -334,10 +334,6 @@ def test_bad_cohort_is_rejected():
         cohort.check()
 
 
-def _edited(cohort: Cohort, **fields) -> Cohort:
-    return dataclasses.replace(cohort, **fields)
-
-
 @pytest.mark.parametrize(
     "edit, message",
     [
@@ -366,7 +362,7 @@ def test_each_inconsistency_in_a_cohort_is_named(edit, message):
     )
     assert reported.check() is reported
     with pytest.raises(ValueError, match=message):
-        _edited(reported, **edit).check()
+        dataclasses.replace(reported, **edit).check()
 
 
 def test_a_cohort_on_its_boundaries_is_consistent():
