@@ -1,6 +1,7 @@
 """The real entry points: config parsing, training through LightningCLI, DDP, resume, test."""
 
 import inspect
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from papers_cli.testing import check_resume, run_ddp_train, user_error_message
 from papers_gpu import derived_seed, seed_all_generators
 from permflow.cli import train
 from permflow.data import PermutationDataModule, generate_slap, save_slap
+from permflow.evaluate import start_cross_entropy
 from permflow.model import PermutationModel
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -88,9 +90,10 @@ def test_same_seed_same_metrics(tiny_args):
 
 
 def test_short_run_of_the_default_model_lowers_the_loss(tiny_args):
-    """The model default.yaml builds (endpoint row-softmax, cross-entropy, t = u^2), shrunk only
-    in size, learns on a fixed batch through its own training_loss."""
-    cli = train([*tiny_args, "--trainer.max_steps=0"])
+    """The model default.yaml builds (endpoint row-softmax, cross-entropy, t = u^2, its sizes)
+    learns on a fixed batch through its own training_loss, and learns to read the images."""
+    default_sizes = ["--model.width=32", "--model.image_dim=64", "--model.channels=[16, 32]"]
+    cli = train([*tiny_args, *default_sizes, "--trainer.max_steps=0"])
     model, data = cli.model, cli.datamodule
     assert model.hparams.prediction == "endpoint_softmax"
     assert model.hparams.time_sampling == "early" and model.hparams.task == "sorting"
@@ -98,13 +101,18 @@ def test_short_run_of_the_default_model_lowers_the_loss(tiny_args):
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     torch.manual_seed(1)
     before = sum(model.training_loss(batch).item() for _ in range(8)) / 8
-    for _ in range(60):
+    for _ in range(120):
         optimizer.zero_grad()
         model.training_loss(batch).backward()
         optimizer.step()
     torch.manual_seed(1)
     after = sum(model.training_loss(batch).item() for _ in range(8)) / 8
     assert after < 0.7 * before
+    # At t = 0 the input x_t is pure noise, so only the images can lower the endpoint loss:
+    # a field that learned to read x_t alone (the rank-code bug) stays at log n here.
+    at_start = start_cross_entropy(model, batch, batch["condition"])
+    wrong_images = start_cross_entropy(model, batch, batch["condition"].roll(1, dims=0))
+    assert at_start < 0.5 * math.log(model.hparams.n) and wrong_images > at_start + 1.0
 
 
 def test_oracle_through_the_module_recovers_both_orders(tiny_args):

@@ -393,7 +393,8 @@ class PermutationDataModule(L.LightningDataModule):
         key = tuple(sorted((k, str(v)) for k, v in self.hparams.items() if k != "num_workers"))
         if key not in _SPLITS_CACHE:
             self._build_splits()
-            _SPLITS_CACHE.clear()  # keep only the latest configuration
+            if len(_SPLITS_CACHE) >= 8:  # a claim run alternates tasks and seeds; bound memory
+                _SPLITS_CACHE.pop(next(iter(_SPLITS_CACHE)))
             _SPLITS_CACHE[key] = self.splits
         self.splits = dict(_SPLITS_CACHE[key])
 

@@ -17,6 +17,8 @@ reproduce). Each metric is returned per input, so that intervals can resample in
 import numpy as np
 import torch
 
+from permflow import core
+
 # what validation and `train test` log (means over the inputs)
 LOGGED_METRICS = (
     "accuracy",
@@ -88,3 +90,22 @@ def evaluate(model, dataloader, num_samples: int = 16, seed: int = 0, **sample_k
         )
     model.train(was_training)
     return permutation_metrics(**{k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]})
+
+
+@torch.no_grad()
+def start_cross_entropy(model, batch: dict, images: torch.Tensor, draws: int = 8) -> float:
+    """The endpoint cross-entropy at t = 0 (x_t = x0, pure noise) with ``images`` as the input,
+    averaged over ``draws`` seeded draws of x0: only the images can bring it below log n, so
+    the gap between a batch's own images and shuffled ones measures how much the field reads
+    them (a field that learned to follow x_t alone has no gap)."""
+    targets = core.permutation_matrices(batch["optima"]).float()
+    generator = torch.Generator().manual_seed(0)
+    t = torch.zeros(len(targets))
+    features = model.features(images)
+    losses = []
+    for _ in range(draws):
+        x0 = core.sample_base(len(targets), model.hparams.n, model.hparams.sigma, generator)
+        x1, _ = core.nearest_target_coupling(x0, targets, batch["num_valid"])
+        logits = model.net(features, core.interpolate(x0, x1, t), t).float()
+        losses.append(core.endpoint_cross_entropy(logits, x1).item())
+    return sum(losses) / len(losses)

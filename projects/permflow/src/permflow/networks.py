@@ -75,7 +75,11 @@ class SortingNet(nn.Module):
             width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
         )
         self.trunk = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
-        self.rank = nn.Parameter(torch.randn(n, width) * 0.02)  # [n ranks, width]
+        # Unit-scale rank codes: the flow's cells also carry the noisy x_t[i, r], and with codes
+        # at 0.02 the ranks were indistinguishable under it, so the field learned to read x_t
+        # alone and ignored the images (chance accuracy after 500 steps; the Sinkhorn network,
+        # which has no x_t, learned anyway).
+        self.rank = nn.Parameter(torch.randn(n, width))  # [n ranks, width]
         self.cell = nn.Linear(1 + time_dim, width) if flow else None
         self.grid = nn.Sequential(*[AxialBlock(width, heads) for _ in range(grid_depth)])
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 1))
