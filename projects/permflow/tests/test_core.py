@@ -293,3 +293,64 @@ def test_the_exact_posterior_field_reaches_each_starts_target(method):
     assert (x1 - nearest).abs().max() < 1e-4
     assert core.constraint_violation(x1).max() < 1e-4
     assert abs(chosen.float().mean().item() - 0.5) < 0.05
+
+
+def test_random_draws_follow_the_generator_passed_in():
+    """The independent coupling, the Gumbel noise and the noisy decode draw from the generator
+    they are given, not from the global one: same generator seed, same draws, whatever the
+    global state."""
+    targets = core.permutation_matrices(
+        torch.stack([torch.randperm(5), torch.randperm(5)]).expand(64, 2, 5)
+    )
+    num_valid = torch.full((64,), 2)
+    logits = torch.randn(4, 5, 5)
+    draws = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        _, chosen = core.independent_coupling(targets, num_valid, torch.Generator().manual_seed(0))
+        gumbel = baselines.sample_gumbel((3, 5), torch.Generator().manual_seed(0))
+        perms = baselines.decode_noisy(logits, 8, generator=torch.Generator().manual_seed(0))
+        draws.append((chosen, gumbel, perms))
+    assert torch.equal(draws[0][0], draws[1][0]) and 0 < draws[0][0].float().mean() < 1
+    assert torch.equal(draws[0][1], draws[1][1])
+    np.testing.assert_array_equal(draws[0][2], draws[1][2])
+
+
+def test_gumbel_noise_is_finite_at_a_uniform_draw_of_zero(monkeypatch):
+    """g = -log(-log(u + eps) + eps): the first eps keeps u = 0 (a possible torch.rand draw)
+    finite; u = 0.5 gives -log(log 2)."""
+    monkeypatch.setattr(torch, "rand", lambda shape, generator=None: torch.tensor([0.0, 0.5]))
+    g = baselines.sample_gumbel((2,))
+    assert torch.isfinite(g).all()
+    assert g[1].item() == pytest.approx(-np.log(np.log(2.0)), rel=1e-6)
+
+
+def test_decodes_return_m_samples_of_hungarian_of_the_perturbed_logits():
+    """decode_noiseless repeats Hungarian(L) m times; decode_noisy returns Hungarian(L + s g)
+    with g drawn from its generator, s = 1 by default."""
+    b, m, n = 3, 4, 5
+    logits = torch.randn(b, n, n)
+    plain = baselines.decode_noiseless(logits, m)
+    assert plain.shape == (b, m, n)
+    assert (plain == core.hungarian_decode(logits)[:, None, :]).all()
+    for scale in (None, 0.5):
+        kwargs = {} if scale is None else {"noise_scale": scale}
+        perms = baselines.decode_noisy(
+            logits, m, generator=torch.Generator().manual_seed(3), **kwargs
+        )
+        g = baselines.sample_gumbel((b, m, n, n), torch.Generator().manual_seed(3))
+        noisy = logits.unsqueeze(1) + (1.0 if scale is None else scale) * g
+        expected = core.hungarian_decode(noisy.reshape(b * m, n, n)).reshape(b, m, n)
+        np.testing.assert_array_equal(perms, expected)
+
+
+def test_gumbel_sinkhorn_is_sinkhorn_of_the_perturbed_logits():
+    """Eq. (S3), training form: log Sinkhorn((L + s g) / tau) with g from the generator."""
+    logits = torch.randn(2, 4, 4)
+    out = baselines.gumbel_sinkhorn(logits, 0.7, 15, 0.5, torch.Generator().manual_seed(4))
+    g = baselines.sample_gumbel(logits.shape, torch.Generator().manual_seed(4))
+    expected = baselines.log_sinkhorn(logits + 0.5 * g, 0.7, 15)
+    torch.testing.assert_close(out, expected)
+    assert not torch.allclose(out, baselines.log_sinkhorn(logits, 0.7, 15), atol=1e-3)
+    default = baselines.gumbel_sinkhorn(logits, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(default, baselines.log_sinkhorn(logits + g, 1.0, 20))

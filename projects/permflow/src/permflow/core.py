@@ -99,7 +99,7 @@ def independent_coupling(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. (5), ablation: a valid permutation chosen uniformly at random, independent of x0."""
     u = torch.rand(num_valid.shape[0], generator=generator).to(num_valid.device)  # [B]
-    chosen = (u * num_valid).long().clamp(max=targets.shape[1] - 1)  # [B]
+    chosen = (u * num_valid).long()  # [B]; u < 1, so chosen < num_valid
     return targets[torch.arange(targets.shape[0], device=targets.device), chosen], chosen
 
 
