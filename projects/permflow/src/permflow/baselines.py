@@ -19,7 +19,7 @@ import torch
 from permflow.core import hungarian_decode
 
 
-def log_sinkhorn(logits: torch.Tensor, tau: float = 1.0, n_iters: int = 20) -> torch.Tensor:
+def log_sinkhorn(logits: torch.Tensor, tau: float, n_iters: int) -> torch.Tensor:
     """Eq. (S1): log of the Sinkhorn-normalised matrix of logits / tau. logits: [B, n, n]."""
     log_s = logits / tau
     for _ in range(n_iters):
