@@ -51,7 +51,7 @@ def test_pointmaze_expert_reaches_the_goal_and_hazards_cost(tmp_path):
     assert test.env.point_env.model.actuator_gear[0, 0] == pytest.approx(
         0.6 * train.env.point_env.model.actuator_gear[0, 0]
     )
-    assert test.env.point_env.model.opt.gravity[1] == pytest.approx(-3.0)
+    assert test.env.point_env.model.opt.gravity[1] == pytest.approx(-6.0)
     for env in (train, test):
         runs = [env.rollout(None, s, NOISE) for s in range(6)]
         assert all(r.cost == 0 and len(r) < HORIZON for r in runs)

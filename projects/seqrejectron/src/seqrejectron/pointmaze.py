@@ -43,7 +43,7 @@ GOAL_CELL = (1, 5)
 START_CELLS = [(1, 1), (2, 1), (3, 1)]
 SHIFT_SPEC = {
     "edits": [
-        {"element": "opt", "field": "gravity", "value": [0.0, -3.0, -9.81]},  # wind: push to -y
+        {"element": "opt", "field": "gravity", "value": [0.0, -6.0, -9.81]},  # wind: push to -y
         {"element": "actuator", "name": "motor_x", "field": "gear", "scale": 0.6},
         {"element": "actuator", "name": "motor_y", "field": "gear", "scale": 0.6},
     ]
@@ -181,9 +181,7 @@ def build_pointmaze_world(seed: int, sizes: dict[str, int]) -> World:
         runs = [env.rollout(None, base + split * 100_000 + i, NOISE) for i in range(count)]
         return runs
 
-    train = expert_runs(train_env, 0, sizes["n_train"])
-    for t in train:
-        t.expert = t.actions.copy()  # labelled with what the (noisy) expert did
+    train = expert_runs(train_env, 0, sizes["n_train"])  # labels: the noise-free action
     test = expert_runs(test_env, 1, sizes["n_test"])
     config = WorldConfig(horizon=HORIZON, shift="pointmaze-wind-gain", n_train=sizes["n_train"])
     pihat = fit_bc(
