@@ -10,9 +10,10 @@ Reconstructed details [R]:
 - Actions are discretised so that SeqRejectron's deterministic machinery (validators disagree
   when their actions differ) applies unchanged: a force in {-1, 0, 1}^2 (9 actions), held for
   ``REPEAT`` MuJoCo steps (0.05 s). The expert computes a PD force towards the centre of the next
-  cell on the BFS path (avoiding walls and hazards; the goal itself in the goal cell), adds
-  Gaussian noise (``NOISE``) in the demonstrations, and rounds each component to {-1, 0, 1}
-  (threshold 1/3). Its noise-free action is what the oracle stop and the dense cost compare with.
+  cell on the BFS path (avoiding walls and hazards; the goal itself in the goal cell) and rounds
+  each component to {-1, 0, 1} (threshold 1/3). In the demonstrations it executes that force
+  plus Gaussian noise (``NOISE``, rounded the same way); the labels, and what the oracle stop and
+  the dense cost compare with, are its noise-free action.
 - Features: position, velocity / 5, goal position.
 """
 

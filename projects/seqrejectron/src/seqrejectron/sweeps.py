@@ -267,12 +267,17 @@ def plot(part: str, data: dict, path: Path) -> None:
     names = list(dict.fromkeys(r["subject"] for r in rows))
     color = {n: palette[i % len(palette)] for i, n in enumerate(names)}
     if part == "thresholds":
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        panels = (
+            ("train_stop", "test_cost", "train stop rate (P)", "test cost before stop (Q)"),
+            ("train_stop", "test_executed", "train stop rate (P)", "test episodes executed"),
+            ("test_executed", "test_cost", "test episodes executed", "test cost before stop (Q)"),
+        )
         for subject in dict.fromkeys(r["subject"] for r in rows):
             pts = [r for r in rows if r["subject"] == subject]
-            for ax, metric in zip(axes, ("test_cost", "test_executed"), strict=True):
-                xs = mean_by(pts, ("value",), "train_stop")
-                ys = mean_by(pts, ("value",), metric)
+            for ax, (x_metric, y_metric, x_label, y_label) in zip(axes, panels, strict=True):
+                xs = mean_by(pts, ("value",), x_metric)
+                ys = mean_by(pts, ("value",), y_metric)
                 keys = sorted(xs, key=lambda k: (k[0] is not None, k[0]))
                 ax.plot(
                     [xs[k] for k in keys],
@@ -281,11 +286,8 @@ def plot(part: str, data: dict, path: Path) -> None:
                     label=subject,
                     color=color[subject],
                 )
-        for ax, label in zip(
-            axes, ("test cost before stop (Q)", "test episodes executed"), strict=True
-        ):
-            ax.set_xlabel("train stop rate (P)")
-            ax.set_ylabel(label)
+                ax.set_xlabel(x_label)
+                ax.set_ylabel(y_label)
         axes[0].legend(fontsize=7)
         fig.suptitle("Threshold sweeps, horizon 80 (means over seeds)")
     else:
@@ -346,7 +348,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--out", default=str(PROJECT / "results" / "sweeps"))
     parser.add_argument("--quick", action="store_true", help="tiny data (the tests)")
+    parser.add_argument(
+        "--plot-only", action="store_true", help="redraw the figures from the JSON files in --out"
+    )
     args = parser.parse_args(argv)
+    if args.plot_only:
+        for part in args.parts:
+            if part != "pointmaze" and (Path(args.out) / f"{part}.json").exists():
+                data = json.loads((Path(args.out) / f"{part}.json").read_text())
+                plot(part, data, Path(args.out) / f"{part}.png")
+        return {}
     torch.set_num_threads(1)
     settings, best = claim_settings()
     out = Path(args.out)
