@@ -14,7 +14,9 @@ from seqrejectron.pointmaze import (
 )
 from seqrejectron.sweeps import OTHER_EXPERT_TABLE, PROJECT, main, variant_world
 
-TINY = WorldConfig(horizon=40, n_train=12, n_test=12, n_calibration=4, n_val=2, n_eval=4)
+TINY = WorldConfig(
+    horizon=40, n_train=12, n_test=12, n_calibration=4, n_val=2, n_eval=4, hidden=16, bc_steps=20
+)
 
 
 def test_the_extension_worlds_change_only_what_they_name():
