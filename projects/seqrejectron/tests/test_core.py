@@ -272,3 +272,9 @@ def test_relaxed_loss_by_hand():
         validator, train_x, train_a, torch.ones(1, 2), torch.tensor([1]), torch.tensor([0.5]), lam
     )
     assert one.item() == pytest.approx(lam * math.log(3) + 0.5 * math.log(1.5))
+
+
+def test_validator_score_without_train_trajectories_counts_no_train_disagreement():
+    test = [np.array([False, True]), np.array([False, False])]
+    taus = np.array([INF, INF])
+    assert validator_score(test, taus, [], lam=3.0) == (0.5, 0.5, 0.0)
