@@ -278,3 +278,8 @@ def test_validator_score_without_train_trajectories_counts_no_train_disagreement
     test = [np.array([False, True]), np.array([False, False])]
     taus = np.array([INF, INF])
     assert validator_score(test, taus, [], lam=3.0) == (0.5, 0.5, 0.0)
+
+
+def test_prefix_weights_of_only_empty_prefixes_are_empty():
+    for per_trajectory in (True, False):
+        assert prefix_weights([0, 0], per_trajectory=per_trajectory).shape == (0,)
