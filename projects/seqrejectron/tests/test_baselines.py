@@ -9,6 +9,7 @@ from seqrejectron.baselines import (
     RandomTimeRule,
     TableRule,
     ValidatorRule,
+    per_state_stop_times,
     stop_rate,
 )
 from seqrejectron.core import INF
@@ -33,6 +34,7 @@ def test_table_rule_stops_where_a_table_differs_from_pihat():
     t = traj([2, 2, 0, 1], [2, 2, 0, 1], z=[0, 1, 2, 3])
     assert TableRule(tables[:1]).stop_times([t]).tolist() == [INF]
     assert TableRule(tables).stop_times([t]).tolist() == [1]  # table 1 says 1 at z = 1, pi-hat 2
+    assert TableRule(tables[::-1]).stop_times([t]).tolist() == [1]  # any table, in any order
 
 
 def test_sparse_cost_counts_only_episodes_run_to_the_end():
@@ -79,3 +81,17 @@ def test_validator_rule_stops_where_a_validator_disagrees():
     t = traj([0, 0, 1], [0, 0, 1], z=[0, 0, 1])
     assert ValidatorRule(pihat, []).stop_times([t]).tolist() == [INF]
     assert ValidatorRule(pihat, [other]).stop_times([t]).tolist() == [2]
+    assert ValidatorRule(pihat, [other, pihat]).stop_times([t]).tolist() == [2]  # any validator
+
+
+def test_per_state_rules_stop_at_the_first_score_above_kappa():
+    scores = [np.array([0.1, 0.9, 0.2, 0.95]), np.array([0.5, 0.4])]
+    assert per_state_stop_times(scores, 0.5).tolist() == [1, INF]
+    assert per_state_stop_times(scores, 0.3).tolist() == [1, 0]
+
+
+def test_random_time_stops_are_reproducible_from_the_seed():
+    calibration = [traj([0] * 20, [0] * 20) for _ in range(50)]
+    first = RandomTimeRule(seed=3).calibrate(calibration, 0.5).stop_times(calibration)
+    again = RandomTimeRule(seed=3).calibrate(calibration, 0.5).stop_times(calibration)
+    assert first.tolist() == again.tolist() and (first < 20).any()

@@ -72,6 +72,7 @@ def test_test_subcommand_rolls_out_the_selective_policy(tiny_args, tmp_path):
         assert name in result.stdout
 
 
+@pytest.mark.slow  # 2-3 minutes on 2 cores (two gloo processes): over the fast lane's budget
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     single = tmp_path / "single"
     train([*tiny_args, f"--trainer.default_root_dir={single}"])

@@ -17,6 +17,7 @@ from seqrejectron.core import (
     pair_masks,
     prefix_cut,
     prefix_weights,
+    relaxed_loss,
     stop_times,
     validator_score,
 )
@@ -204,3 +205,81 @@ def test_prefix_weights_count_each_trajectory_once():
     w = prefix_weights([2, 0, 4], per_trajectory=True)
     assert w.tolist() == pytest.approx([0.25, 0.25, 0.125, 0.125, 0.125, 0.125])
     assert prefix_weights([3, 1], per_trajectory=False).tolist() == pytest.approx([0.25] * 4)
+
+
+# Value tests added for the mutation lane's survivors (README, "Mutation lane").
+
+
+def test_hellinger_never_goes_negative_by_rounding():
+    """float32 rounding puts the Bhattacharyya coefficient above 1 for some rows; the clamp at 0
+    keeps H^2 non-negative there, for both closed forms."""
+    generator = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(2000, 7, generator=generator), -1)
+    assert (1 - torch.sqrt(p * p).sum(-1) < 0).any()  # the unclamped value would go negative
+    h = hellinger_sq_categorical(p, p)
+    assert (h >= 0).all() and (h < 1e-6).all()
+    # Gaussians one float apart in their standard deviations: 2 s1 s2 / (s1^2 + s2^2) rounds
+    # above 1 for some rows
+    mean = torch.randn(2000, 3, generator=generator)
+    s1 = torch.rand(2000, 3, generator=generator) + 0.05
+    s2 = torch.nextafter(s1, torch.full_like(s1, 10.0))
+    raw = 1 - torch.exp((0.5 * torch.log(2 * s1 * s2 / (s1.pow(2) + s2.pow(2)))).sum(-1))
+    assert (raw < 0).any()
+    h = hellinger_sq_gaussian(mean, s1, mean, s2)
+    assert (h >= 0).all() and (h < 1e-6).all()
+
+
+def test_gaussian_hellinger_is_per_row_in_a_batch():
+    m1, s1 = torch.tensor([[0.0, 1.0], [2.0, 0.0]]), torch.tensor([[1.0, 2.0], [0.5, 1.0]])
+    m2, s2 = torch.tensor([[1.0, 1.0], [2.0, 0.0]]), torch.tensor([[1.0, 1.0], [0.5, 1.0]])
+    batch = hellinger_sq_gaussian(m1, s1, m2, s2)
+    assert batch.shape == (2,)
+    for i in range(2):
+        assert batch[i].item() == pytest.approx(
+            hellinger_sq_gaussian(m1[i], s1[i], m2[i], s2[i]).item()
+        )
+    assert batch[1].item() == 0.0 and batch[0].item() > 0.1
+
+
+def test_cumulative_stop_fires_when_the_sum_equals_eta():
+    assert cumulative_stop_time(np.array([0.25, 0.25, 0.5]), 0.5) == 1  # exact binary fractions
+
+
+def test_calibrated_threshold_by_hand():
+    scores = np.arange(10)  # integers: the threshold is returned as a float
+    assert calibrate_threshold(scores, 0.3) == 6.0  # 7, 8, 9 exceed it: 3 of 10
+    assert calibrate_threshold(scores, 0.0) == 9.0
+    assert calibrate_threshold(scores, 1.0) == -math.inf  # every trajectory may stop
+
+
+def test_relaxed_loss_by_hand():
+    validator = torch.nn.Linear(2, 3, bias=False)
+    with torch.no_grad():
+        validator.weight.zero_()  # uniform: CE = log 3, -log(1 - 1/3) = log 1.5
+    train_x, train_a = torch.ones(4, 2), torch.tensor([0, 1, 2, 0])
+    lam = 2.0
+    empty = relaxed_loss(
+        validator,
+        train_x,
+        train_a,
+        torch.zeros(0, 2),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0),
+        lam,
+    )
+    assert empty.item() == pytest.approx(lam * math.log(3))
+    one = relaxed_loss(
+        validator, train_x, train_a, torch.ones(1, 2), torch.tensor([1]), torch.tensor([0.5]), lam
+    )
+    assert one.item() == pytest.approx(lam * math.log(3) + 0.5 * math.log(1.5))
+
+
+def test_validator_score_without_train_trajectories_counts_no_train_disagreement():
+    test = [np.array([False, True]), np.array([False, False])]
+    taus = np.array([INF, INF])
+    assert validator_score(test, taus, [], lam=3.0) == (0.5, 0.5, 0.0)
+
+
+def test_prefix_weights_of_only_empty_prefixes_are_empty():
+    for per_trajectory in (True, False):
+        assert prefix_weights([0, 0], per_trajectory=per_trajectory).shape == (0,)
