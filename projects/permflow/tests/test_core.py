@@ -97,6 +97,7 @@ def test_hungarian_decode_is_the_nearest_permutation_by_brute_force():
     candidates = all_permutation_matrices(5)
     x = torch.randn(20, 5, 5, generator=torch.Generator().manual_seed(1))
     perms = core.hungarian_decode(x)
+    assert perms.dtype == np.int64  # indices, usable to index and compare exactly
     for b in range(20):
         best = candidates[((x[b] - candidates) ** 2).sum(dim=(-2, -1)).argmin()]
         assert torch.equal(core.permutation_matrices(torch.as_tensor(perms[b])), best)
@@ -354,3 +355,29 @@ def test_gumbel_sinkhorn_is_sinkhorn_of_the_perturbed_logits():
     assert not torch.allclose(out, baselines.log_sinkhorn(logits, 0.7, 15), atol=1e-3)
     default = baselines.gumbel_sinkhorn(logits, generator=torch.Generator().manual_seed(4))
     torch.testing.assert_close(default, baselines.log_sinkhorn(logits + g, 1.0, 20))
+
+
+def test_posterior_endpoint_weights_match_a_hand_computation():
+    """Eq. (12) at t = 0.4: for each slot k, x0_k = (x_t - t P_k) / (1 - t); slot k counts when it
+    is x0_k's nearest valid target, and counted slots are weighted by N(x0_k; J/n, sigma^2). With
+    two targets at most one slot is consistent; where none is (x_t between the cells), the
+    Gaussian factor alone decides, and there the weights depend on 1 - t."""
+    targets, num_valid = two_mode_targets(64)
+    sigma, t = 0.45, 0.4
+    x_t = core.sample_base(64, 5, 0.8, generator=torch.Generator().manual_seed(5))
+    out = core.posterior_endpoint(x_t, torch.full((64,), t), targets, num_valid, sigma)
+    neither = 0
+    for b in range(64):
+        log_w, inside = [], []
+        for k in range(2):
+            x0 = (x_t[b] - t * targets[b, k]) / (1 - t)
+            log_w.append(-((x0 - 0.2) ** 2).sum().item() / (2 * sigma**2))
+            _, nearest = core.nearest_target_coupling(x0[None], targets[b : b + 1], num_valid[:1])
+            inside.append(nearest.item() == k)
+        keep = inside if any(inside) else [True, True]
+        neither += not any(inside)
+        w = np.exp(np.array(log_w) - max(log_w)) * np.array(keep)
+        w = w / w.sum()
+        expected = w[0] * targets[b, 0] + w[1] * targets[b, 1]
+        torch.testing.assert_close(out[b], expected, atol=1e-5, rtol=1e-5)
+    assert neither > 0
