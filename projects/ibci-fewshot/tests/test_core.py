@@ -15,6 +15,7 @@ from ibci_fewshot.metrics import (
     session_rates,
 )
 from ibci_fewshot.model import IbciModule, UnknownSessionError
+from papers_gpu import derived_seed, seed_all_generators
 
 
 def ctc_case(dtype=torch.float64):
@@ -231,3 +232,88 @@ def test_an_unseen_session_tag_routes_to_calibration():
     adapted = module.calibrate("sub-T5-held-out_ses-20230417", batch)
     assert module.params_for("sub-T5-held-out_ses-20230417") is adapted
     assert not torch.equal(adapted["weight"], torch.eye(6))
+
+
+def test_ranks_draw_different_training_noise():
+    """Under DDP, SeedEveryStep re-seeds every rank from (seed, rank, epoch, batch) before each
+    batch: stage 1's augmentation and stage 2's episode drift then differ across ranks and repeat
+    on the same rank (a resumed run draws what the uninterrupted one drew)."""
+    x = torch.zeros(2, 5, 4)
+    draws = []
+    for rank in (0, 1, 0):
+        seed_all_generators(derived_seed(7, rank, 0, 3))
+        draws.append((core.drift_augment(x, 0.3, 0.2, 0.1), core.random_drift(4, 0.2, 0.3, 0.5)))
+    (aug_a, drift_a), (aug_b, drift_b), (aug_c, drift_c) = draws
+    assert not torch.allclose(aug_a, aug_b)
+    assert not any(torch.allclose(a, b) for a, b in zip(drift_a, drift_b, strict=True))
+    torch.testing.assert_close(aug_a, aug_c)
+    for a, c in zip(drift_a, drift_c, strict=True):
+        torch.testing.assert_close(a, c)
+
+
+# ----------------------------------------------------------- value tests from the mutation lane
+
+
+def test_pure_ctc_rejects_empty_transcripts():
+    logits, targets, lengths, label_lengths = ctc_case()
+    with pytest.raises(ValueError, match=r"^ctc_loss_pure needs target_lengths >= 1"):
+        core.ctc_loss_pure(logits.log_softmax(-1), targets, lengths, torch.tensor([4, 0, 1]))
+
+
+def test_drift_augment_draws_one_gain_and_offset_per_sentence_and_channel():
+    """Per-sentence, per-channel gain exp(gain_sd * N(0, 1)) and offset offset_sd * N(0, 1),
+    constant over time; white noise is fresh per bin."""
+    torch.manual_seed(0)
+    ones = torch.ones(400, 3, 5)
+    gain = core.drift_augment(ones, white_noise=0.0, offset_sd=0.0, gain_sd=0.5)
+    torch.testing.assert_close(gain, gain[:, :1].expand_as(gain))  # constant over time
+    assert not torch.allclose(gain[0], gain[1])  # its own gain per sentence
+    assert gain.log().std().item() == pytest.approx(0.5, rel=0.1)
+    offset = core.drift_augment(torch.zeros(400, 3, 5), 0.0, offset_sd=0.2, gain_sd=0.0)
+    torch.testing.assert_close(offset, offset[:, :1].expand_as(offset))
+    assert not torch.allclose(offset[0], offset[1])
+    assert offset.std().item() == pytest.approx(0.2, rel=0.1)
+    assert offset.abs().max().item() < 2.0  # Gaussian offsets, not 0.2 / N(0, 1)
+    noise = core.drift_augment(torch.zeros(400, 3, 5), 0.3, 0.0, 0.0)
+    assert not torch.allclose(noise[:, 0], noise[:, 1])  # fresh per bin
+    assert noise.std().item() == pytest.approx(0.3, rel=0.1)
+
+
+def test_relative_input_change_by_hand():
+    x = torch.randn(2, 4, 3)
+    eye = core.identity_alignment(3, "affine")
+    assert core.relative_input_change(x, eye, "affine") == pytest.approx(0.0)
+    doubled = {"weight": 2 * torch.eye(3), "bias": torch.zeros(3)}
+    assert core.relative_input_change(x, doubled, "affine") == pytest.approx(1.0)
+    # the softsign form's reference is softsign(x): its identity layer changes nothing
+    assert core.relative_input_change(x, eye, "affine_softsign") == pytest.approx(0.0, abs=1e-7)
+    assert core.relative_input_change(x, doubled, "affine_softsign") == pytest.approx(
+        ((F.softsign(2 * x) - F.softsign(x)).norm() / F.softsign(x).norm()).item()
+    )
+
+
+def test_session_layers_start_at_softsign_and_route_each_sentence_to_its_session():
+    layers = core.SessionLayers(n_sessions=3, channels=4)
+    x = torch.randn(2, 5, 4)
+    torch.testing.assert_close(layers(x, torch.tensor([0, 2])), F.softsign(x))
+    with torch.no_grad():
+        layers.weight[1] = 2 * torch.eye(4)
+        layers.bias[1] = 0.5
+        layers.weight[2] = -torch.eye(4)
+    out = layers(x, torch.tensor([1, 2]))
+    torch.testing.assert_close(out[0], F.softsign(2 * x[0] + 0.5))
+    torch.testing.assert_close(out[1], F.softsign(-x[1]))
+    mean = layers.mean_layer()
+    torch.testing.assert_close(mean["weight"], (2 * torch.eye(4)) / 3)
+    torch.testing.assert_close(mean["bias"], torch.full((4,), 0.5 / 3))
+
+
+def test_plain_text_joins_falcon_words_with_single_spaces():
+    assert plain_text("i>am>>here~") == "i am here ~"
+    assert plain_text("well,>why?") == "well , why ?"
+
+
+def test_lexicon_keeps_known_and_empty_words():
+    lexicon = Lexicon(["hello", "world"])
+    assert lexicon.snap_word("") == "" and lexicon.snap_word("world") == "world"
+    assert lexicon.snap_word("wordl") == "world"
