@@ -317,3 +317,81 @@ def test_lexicon_keeps_known_and_empty_words():
     lexicon = Lexicon(["hello", "world"])
     assert lexicon.snap_word("") == "" and lexicon.snap_word("world") == "world"
     assert lexicon.snap_word("wordl") == "world"
+
+
+def test_random_drift_and_apply_drift_by_hand():
+    gain, offset, mixing = core.random_drift(4, 0.0, 0.0, 0.0)
+    torch.testing.assert_close(gain, torch.ones(4))
+    torch.testing.assert_close(offset, torch.zeros(4))
+    torch.testing.assert_close(mixing, torch.eye(4))
+    torch.manual_seed(0)
+    gain, offset, mixing = core.random_drift(100, 0.2, 0.3, 0.5)
+    assert gain.shape == offset.shape == (100,) and mixing.shape == (100, 100)
+    assert gain.log().std().item() == pytest.approx(0.2, rel=0.2)
+    assert offset.std().item() == pytest.approx(0.3, rel=0.2)
+    assert (mixing - torch.eye(100)).std().item() == pytest.approx(0.05, rel=0.1)  # 0.5 / sqrt(C)
+    x = torch.randn(2, 3, 4)
+    drift = (torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.full((4,), 0.5), 2 * torch.eye(4).flip(0))
+    expected = (x * drift[0] + 0.5).flip(-1) * 2  # (g x + o) M with M the reversal times 2
+    torch.testing.assert_close(core.apply_drift(x, drift), expected)
+
+
+def test_gaussian_smoothing_is_a_normalised_kernel_of_plus_minus_three_sigma():
+    impulse = torch.zeros(1, 21, 2)
+    impulse[0, 10] = 1.0
+    out = core.gaussian_smooth(impulse, sigma=1.5)
+    offsets = torch.arange(-5, 6, dtype=torch.float32)  # ceil(3 * 1.5) = 5 bins each side
+    kernel = torch.exp(-0.5 * (offsets / 1.5) ** 2)
+    torch.testing.assert_close(out[0, 5:16, 0], kernel / kernel.sum())
+    torch.testing.assert_close(out[0, 5:16, 1], kernel / kernel.sum())
+    assert out[0, :5].abs().max() == 0 and out[0, 16:].abs().max() == 0
+    assert core.gaussian_smooth(impulse, sigma=0.0) is impulse
+    tiny = core.gaussian_smooth(impulse, sigma=0.2)  # half-width at least one bin
+    assert tiny[0, 9, 0] > 0 and tiny[0, 8, 0] == 0
+
+
+def test_diagonal_low_rank_alignment_by_hand():
+    x = torch.randn(2, 3, 4)
+    phi = {
+        "gain": torch.tensor([0.5, 0.0, -0.5, 1.0]),
+        "u": torch.arange(8.0).view(4, 2) / 10,
+        "v": torch.ones(4, 2),
+        "bias": torch.full((4,), 0.1),
+    }
+    expected = torch.empty_like(x)
+    for c in range(4):  # (1 + g_c) x_c + sum_r u_cr sum_j v_jr x_j + b_c
+        low_rank = sum(phi["u"][c, r] * x.sum(-1) for r in range(2))
+        expected[..., c] = (1 + phi["gain"][c]) * x[..., c] + low_rank + 0.1
+    torch.testing.assert_close(core.apply_alignment(x, phi, "diag_lowrank"), expected)
+    start = core.identity_alignment(4, "diag_lowrank", rank=2, generator=torch.Generator())
+    assert {k: tuple(v.shape) for k, v in start.items()} == {
+        "gain": (4,),
+        "u": (4, 2),
+        "v": (4, 2),
+        "bias": (4,),
+    }
+    assert start["v"].abs().sum() > 0 and start["u"].abs().sum() == 0
+
+
+def test_parameter_distance_and_output_lengths_by_hand():
+    start = {"a": torch.tensor([3.0, 0.0]), "b": torch.tensor([4.0])}
+    moved = {"a": torch.tensor([3.0, 1.0]), "b": torch.tensor([6.0])}
+    assert core.parameter_distance(moved, start) == pytest.approx(math.sqrt(5 / 25))
+    decoder = core.GRUDecoder(channels=3, projection=2, hidden=4, layers=1, kernel=4, stride=2)
+    lengths = decoder.output_lengths(torch.tensor([4, 5, 6, 11, 2]))
+    assert lengths.tolist() == [1, 1, 2, 4, 1]  # (L - 4) // 2 + 1, at least 1
+    log_probs, out = decoder(torch.randn(2, 3, 3), torch.tensor([3, 2]))  # shorter than kernel
+    assert log_probs.shape == (2, 1, core.N_CLASSES) and out.tolist() == [1, 1]
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2, 1))
+
+
+def test_plain_gradient_fit_reaches_the_minimum_and_decay_pulls_to_the_start():
+    def loss_of(phi):
+        return ((phi["a"] - 3.0) ** 2).sum()
+
+    start = {"a": torch.zeros(2)}
+    free = core.fit_by_gradient(loss_of, start, lr=0.05, steps=400)
+    torch.testing.assert_close(free["a"], torch.full((2,), 3.0), atol=0.05, rtol=0)
+    decayed = core.fit_by_gradient(loss_of, start, lr=0.05, steps=400, weight_decay_to_start=1.0)
+    torch.testing.assert_close(decayed["a"], torch.full((2,), 1.5), atol=0.05, rtol=0)
+    assert not free["a"].requires_grad and start["a"].abs().sum() == 0
