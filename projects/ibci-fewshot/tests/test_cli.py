@@ -1,3 +1,5 @@
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +9,7 @@ import torch
 
 from ibci_fewshot.claim import SUBJECTS, run_claim_experiment
 from ibci_fewshot.cli import train
-from papers_cli.testing import check_resume, user_error_message
+from papers_cli.testing import check_resume, check_summaries, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -94,6 +96,49 @@ def test_test_subcommand_adapts_and_scores_held_out_sessions_from_a_checkpoint(t
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "test/wer" in result.stdout and "test/cer" in result.stdout
+
+
+def test_two_process_ddp_run_shards_episodes_and_seeds_ranks_apart(tiny_args, tmp_path):
+    """A 2-process CPU DDP job (gloo) with paper.yaml's strategy: stage 1 leaves phi_0 unused and
+    stage 2 the backbone, which plain ``ddp`` does not allow. Every noise source of
+    the training step is switched off (augmentation, episode drift, dropout), so the ranks'
+    losses can differ only through the episodes they read: EpochShuffle must shard them. The
+    ranks' noise seeds (SeedEveryStep) must differ too (``check_summaries``)."""
+    root = tmp_path / "ddp"
+    silent = [
+        "--model.white_noise=0",
+        "--model.offset_sd=0",
+        "--model.gain_sd=0",
+        "--model.episode_gain_sd=0",
+        "--model.episode_offset_sd=0",
+        "--model.episode_mix_sd=0",
+        "--model.dropout=0",
+    ]
+    # run_ddp_train pins --trainer.strategy=ddp (no unused parameters allowed)
+    result = subprocess.run(
+        [
+            str(TRAIN),
+            *tiny_args,
+            *silent,
+            "--data.episodes_per_epoch=8",  # 4 episodes a rank, 2 batches an epoch
+            "--trainer.limit_val_batches=0",  # validation is not what this checks
+            f"--trainer.default_root_dir={root}",
+            "--trainer.devices=2",
+            "--trainer.strategy=ddp_find_unused_parameters_true",
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PL_DISABLE_FORK": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((root / f"summary_rank{r}.json").read_text()) for r in (0, 1)]
+    check_summaries(ranks, devices=2)  # DDPStrategy x2 on both, noise seeds differ
+    assert [r["global_step"] for r in ranks] == [4, 4]  # 2 stage-1 + 2 stage-2 steps each
+    first, second = (r["metrics"] for r in ranks)
+    for key in ("train/ctc", "train/meta_query_ctc"):  # rank-local (not synced) values
+        assert abs(first[key] - second[key]) > 1e-4, (key, first[key], second[key])
 
 
 @pytest.mark.parametrize(

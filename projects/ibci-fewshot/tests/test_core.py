@@ -15,6 +15,7 @@ from ibci_fewshot.metrics import (
     session_rates,
 )
 from ibci_fewshot.model import IbciModule, UnknownSessionError
+from papers_gpu import derived_seed, seed_all_generators
 
 
 def ctc_case(dtype=torch.float64):
@@ -231,3 +232,167 @@ def test_an_unseen_session_tag_routes_to_calibration():
     adapted = module.calibrate("sub-T5-held-out_ses-20230417", batch)
     assert module.params_for("sub-T5-held-out_ses-20230417") is adapted
     assert not torch.equal(adapted["weight"], torch.eye(6))
+
+
+def test_ranks_draw_different_training_noise():
+    """Under DDP, SeedEveryStep re-seeds every rank from (seed, rank, epoch, batch) before each
+    batch: stage 1's augmentation and stage 2's episode drift then differ across ranks and repeat
+    on the same rank (a resumed run draws what the uninterrupted one drew)."""
+    x = torch.zeros(2, 5, 4)
+    draws = []
+    for rank in (0, 1, 0):
+        seed_all_generators(derived_seed(7, rank, 0, 3))
+        draws.append((core.drift_augment(x, 0.3, 0.2, 0.1), core.random_drift(4, 0.2, 0.3, 0.5)))
+    (aug_a, drift_a), (aug_b, drift_b), (aug_c, drift_c) = draws
+    assert not torch.allclose(aug_a, aug_b)
+    assert not any(torch.allclose(a, b) for a, b in zip(drift_a, drift_b, strict=True))
+    torch.testing.assert_close(aug_a, aug_c)
+    for a, c in zip(drift_a, drift_c, strict=True):
+        torch.testing.assert_close(a, c)
+
+
+# ----------------------------------------------------------- value tests from the mutation lane
+
+
+def test_pure_ctc_rejects_empty_transcripts():
+    logits, targets, lengths, label_lengths = ctc_case()
+    with pytest.raises(ValueError, match=r"^ctc_loss_pure needs target_lengths >= 1"):
+        core.ctc_loss_pure(logits.log_softmax(-1), targets, lengths, torch.tensor([4, 0, 1]))
+
+
+def test_drift_augment_draws_one_gain_and_offset_per_sentence_and_channel():
+    """Per-sentence, per-channel gain exp(gain_sd * N(0, 1)) and offset offset_sd * N(0, 1),
+    constant over time; white noise is fresh per bin."""
+    torch.manual_seed(0)
+    ones = torch.ones(400, 3, 5)
+    gain = core.drift_augment(ones, white_noise=0.0, offset_sd=0.0, gain_sd=0.5)
+    torch.testing.assert_close(gain, gain[:, :1].expand_as(gain))  # constant over time
+    assert not torch.allclose(gain[0], gain[1])  # its own gain per sentence
+    assert gain.log().std().item() == pytest.approx(0.5, rel=0.1)
+    offset = core.drift_augment(torch.zeros(400, 3, 5), 0.0, offset_sd=0.2, gain_sd=0.0)
+    torch.testing.assert_close(offset, offset[:, :1].expand_as(offset))
+    assert not torch.allclose(offset[0], offset[1])
+    assert offset.std().item() == pytest.approx(0.2, rel=0.1)
+    assert offset.abs().max().item() < 2.0  # Gaussian offsets, not 0.2 / N(0, 1)
+    noise = core.drift_augment(torch.zeros(400, 3, 5), 0.3, 0.0, 0.0)
+    assert not torch.allclose(noise[:, 0], noise[:, 1])  # fresh per bin
+    assert noise.std().item() == pytest.approx(0.3, rel=0.1)
+
+
+def test_relative_input_change_by_hand():
+    x = torch.randn(2, 4, 3)
+    eye = core.identity_alignment(3, "affine")
+    assert core.relative_input_change(x, eye, "affine") == pytest.approx(0.0)
+    doubled = {"weight": 2 * torch.eye(3), "bias": torch.zeros(3)}
+    assert core.relative_input_change(x, doubled, "affine") == pytest.approx(1.0)
+    # the softsign form's reference is softsign(x): its identity layer changes nothing
+    assert core.relative_input_change(x, eye, "affine_softsign") == pytest.approx(0.0, abs=1e-7)
+    assert core.relative_input_change(x, doubled, "affine_softsign") == pytest.approx(
+        ((F.softsign(2 * x) - F.softsign(x)).norm() / F.softsign(x).norm()).item()
+    )
+
+
+def test_session_layers_start_at_softsign_and_route_each_sentence_to_its_session():
+    layers = core.SessionLayers(n_sessions=3, channels=4)
+    x = torch.randn(2, 5, 4)
+    torch.testing.assert_close(layers(x, torch.tensor([0, 2])), F.softsign(x))
+    with torch.no_grad():
+        layers.weight[1] = 2 * torch.eye(4)
+        layers.bias[1] = 0.5
+        layers.weight[2] = -torch.eye(4)
+    out = layers(x, torch.tensor([1, 2]))
+    torch.testing.assert_close(out[0], F.softsign(2 * x[0] + 0.5))
+    torch.testing.assert_close(out[1], F.softsign(-x[1]))
+    mean = layers.mean_layer()
+    torch.testing.assert_close(mean["weight"], (2 * torch.eye(4)) / 3)
+    torch.testing.assert_close(mean["bias"], torch.full((4,), 0.5 / 3))
+
+
+def test_plain_text_joins_falcon_words_with_single_spaces():
+    assert plain_text("i>am>>here~") == "i am here ~"
+    assert plain_text("well,>why?") == "well , why ?"
+
+
+def test_lexicon_keeps_known_and_empty_words():
+    lexicon = Lexicon(["hello", "world"])
+    assert lexicon.snap_word("") == "" and lexicon.snap_word("world") == "world"
+    assert lexicon.snap_word("wordl") == "world"
+
+
+def test_random_drift_and_apply_drift_by_hand():
+    gain, offset, mixing = core.random_drift(4, 0.0, 0.0, 0.0)
+    torch.testing.assert_close(gain, torch.ones(4))
+    torch.testing.assert_close(offset, torch.zeros(4))
+    torch.testing.assert_close(mixing, torch.eye(4))
+    torch.manual_seed(0)
+    gain, offset, mixing = core.random_drift(100, 0.2, 0.3, 0.5)
+    assert gain.shape == offset.shape == (100,) and mixing.shape == (100, 100)
+    assert gain.log().std().item() == pytest.approx(0.2, rel=0.2)
+    assert offset.std().item() == pytest.approx(0.3, rel=0.2)
+    assert (mixing - torch.eye(100)).std().item() == pytest.approx(0.05, rel=0.1)  # 0.5 / sqrt(C)
+    x = torch.randn(2, 3, 4)
+    drift = (torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.full((4,), 0.5), 2 * torch.eye(4).flip(0))
+    expected = (x * drift[0] + 0.5).flip(-1) * 2  # (g x + o) M with M the reversal times 2
+    torch.testing.assert_close(core.apply_drift(x, drift), expected)
+
+
+def test_gaussian_smoothing_is_a_normalised_kernel_of_plus_minus_three_sigma():
+    impulse = torch.zeros(1, 21, 2)
+    impulse[0, 10] = 1.0
+    out = core.gaussian_smooth(impulse, sigma=1.5)
+    offsets = torch.arange(-5, 6, dtype=torch.float32)  # ceil(3 * 1.5) = 5 bins each side
+    kernel = torch.exp(-0.5 * (offsets / 1.5) ** 2)
+    torch.testing.assert_close(out[0, 5:16, 0], kernel / kernel.sum())
+    torch.testing.assert_close(out[0, 5:16, 1], kernel / kernel.sum())
+    assert out[0, :5].abs().max() == 0 and out[0, 16:].abs().max() == 0
+    assert core.gaussian_smooth(impulse, sigma=0.0) is impulse
+    tiny = core.gaussian_smooth(impulse, sigma=0.2)  # half-width at least one bin
+    assert tiny[0, 9, 0] > 0 and tiny[0, 8, 0] == 0
+
+
+def test_diagonal_low_rank_alignment_by_hand():
+    x = torch.randn(2, 3, 4)
+    phi = {
+        "gain": torch.tensor([0.5, 0.0, -0.5, 1.0]),
+        "u": torch.arange(8.0).view(4, 2) / 10,
+        "v": torch.ones(4, 2),
+        "bias": torch.full((4,), 0.1),
+    }
+    expected = torch.empty_like(x)
+    for c in range(4):  # (1 + g_c) x_c + sum_r u_cr sum_j v_jr x_j + b_c
+        low_rank = sum(phi["u"][c, r] * x.sum(-1) for r in range(2))
+        expected[..., c] = (1 + phi["gain"][c]) * x[..., c] + low_rank + 0.1
+    torch.testing.assert_close(core.apply_alignment(x, phi, "diag_lowrank"), expected)
+    start = core.identity_alignment(4, "diag_lowrank", rank=2, generator=torch.Generator())
+    assert {k: tuple(v.shape) for k, v in start.items()} == {
+        "gain": (4,),
+        "u": (4, 2),
+        "v": (4, 2),
+        "bias": (4,),
+    }
+    assert start["v"].abs().sum() > 0 and start["u"].abs().sum() == 0
+
+
+def test_parameter_distance_and_output_lengths_by_hand():
+    start = {"a": torch.tensor([3.0, 0.0]), "b": torch.tensor([4.0])}
+    moved = {"a": torch.tensor([3.0, 1.0]), "b": torch.tensor([6.0])}
+    assert core.parameter_distance(moved, start) == pytest.approx(math.sqrt(5 / 25))
+    decoder = core.GRUDecoder(channels=3, projection=2, hidden=4, layers=1, kernel=4, stride=2)
+    lengths = decoder.output_lengths(torch.tensor([4, 5, 6, 11, 2]))
+    assert lengths.tolist() == [1, 1, 2, 4, 1]  # (L - 4) // 2 + 1, at least 1
+    log_probs, out = decoder(torch.randn(2, 3, 3), torch.tensor([3, 2]))  # shorter than kernel
+    assert log_probs.shape == (2, 1, core.N_CLASSES) and out.tolist() == [1, 1]
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2, 1))
+
+
+def test_plain_gradient_fit_reaches_the_minimum_and_decay_pulls_to_the_start():
+    def loss_of(phi):
+        return ((phi["a"] - 3.0) ** 2).sum()
+
+    start = {"a": torch.ones(2)}
+    free = core.fit_by_gradient(loss_of, start, lr=0.05, steps=400)
+    torch.testing.assert_close(free["a"], torch.full((2,), 3.0), atol=0.05, rtol=0)
+    # (a - 3)^2 + (a - 1)^2 is least at a = 2
+    decayed = core.fit_by_gradient(loss_of, start, lr=0.05, steps=400, weight_decay_to_start=1.0)
+    torch.testing.assert_close(decayed["a"], torch.full((2,), 2.0), atol=0.05, rtol=0)
+    assert not free["a"].requires_grad and torch.equal(start["a"], torch.ones(2))
