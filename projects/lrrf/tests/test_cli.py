@@ -9,7 +9,7 @@ import torch
 from lrrf.claim import run_claim_experiment
 from lrrf.cli import train
 from lrrf.model import LrrfModule
-from papers_cli.testing import check_resume, user_error_message
+from papers_cli.testing import check_resume, run_ddp_train, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -89,6 +89,13 @@ def test_same_seed_same_r(tiny_args):
     again = train(short).model.task_end_correct["test"]
     assert len(first) == 2
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_two_process_ddp_run_finishes_the_sequence_on_both_ranks(tiny_args, tmp_path):
+    """A 2-process CPU DDP job (gloo) of the tiny config: both ranks run the 4 tasks (8 steps)
+    and draw their own noise (run_ddp_train checks the ranks' seeds differ)."""
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")
+    assert [r["global_step"] for r in ranks] == [8, 8]
 
 
 def test_resuming_mid_sequence_continues_exactly(tiny_args, tmp_path):
