@@ -32,6 +32,15 @@ def trained():
     return net, xt, yt
 
 
+@pytest.fixture(scope="module")
+def untrained():
+    """The same CNN (with batch norm) untrained and 32 random images: for the tests that need
+    any model, not a good one (the mutation lane runs these, not the one that trains)."""
+    torch.manual_seed(0)
+    net = build_network("small_cnn", 1, 8, 10, 16, 64, [0.3], [0.38]).eval()
+    return net, torch.rand(32, 1, 8, 8), torch.arange(32) % 10
+
+
 @pytest.mark.parametrize("name", ["linf", "l2", "l1", "fgsm", "square"])
 def test_attack_stays_in_budget_and_box_and_lowers_accuracy(trained, name):
     net, x, y = trained
@@ -50,16 +59,16 @@ def test_attack_stays_in_budget_and_box_and_lowers_accuracy(trained, name):
 
 
 @pytest.mark.parametrize("name", ["linf", "l2", "l1"])
-def test_random_starts_are_seeded(trained, name):
-    net, x, y = trained
+def test_random_starts_are_seeded(untrained, name):
+    net, x, y = untrained
     attack = make_attack(name, Budget(BUDGETS[name], steps=1))
     a, b = attack(net, x, y, seed=5), attack(net, x, y, seed=5)
     c = attack(net, x, y, seed=6)
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_attack_restores_training_mode_and_batchnorm_statistics(trained):
-    net, x, y = trained
+def test_attack_restores_training_mode_and_batchnorm_statistics(untrained):
+    net, x, y = untrained
     net.train()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     make_attack("linf", Budget(0.2, steps=3))(net, x, y, seed=0)
@@ -68,8 +77,8 @@ def test_attack_restores_training_mode_and_batchnorm_statistics(trained):
     net.eval()
 
 
-def test_bad_attack_inputs_are_clear_errors(trained):
-    net, x, y = trained
+def test_bad_attack_inputs_are_clear_errors(untrained):
+    net, x, y = untrained
     with pytest.raises(ValueError, match="unknown attack"):
         make_attack("pgd_l7", Budget(0.1))
     with pytest.raises(ValueError, match="must be positive"):
