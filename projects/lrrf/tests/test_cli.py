@@ -91,6 +91,7 @@ def test_same_seed_same_r(tiny_args):
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
 
 
+@pytest.mark.slow  # two more processes, imports and all: kept out of the 2-minute fast lane
 def test_two_process_ddp_run_finishes_the_sequence_on_both_ranks(tiny_args, tmp_path):
     """A 2-process CPU DDP job (gloo) of the tiny config: both ranks run the 4 tasks (8 steps)
     and draw their own noise (run_ddp_train checks the ranks' seeds differ)."""
