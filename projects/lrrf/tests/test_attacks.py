@@ -4,8 +4,9 @@ start is seeded; bad input is a clear error."""
 import pytest
 import torch
 import torch.nn.functional as F
+import torchattacks
 
-from lrrf.attacks import Budget, make_attack, perturbation_norm
+from lrrf.attacks import Budget, _torchattack, make_attack, perturbation_norm
 from lrrf.data import LrrfDataModule
 from lrrf.networks import build_network
 
@@ -31,6 +32,15 @@ def trained():
     return net, xt, yt
 
 
+@pytest.fixture(scope="module")
+def untrained():
+    """The same CNN (with batch norm) untrained and 32 random images: for the tests that need
+    any model, not a good one (the mutation lane runs these, not the one that trains)."""
+    torch.manual_seed(0)
+    net = build_network("small_cnn", 1, 8, 10, 16, 64, [0.3], [0.38]).eval()
+    return net, torch.rand(32, 1, 8, 8), torch.arange(32) % 10
+
+
 @pytest.mark.parametrize("name", ["linf", "l2", "l1", "fgsm", "square"])
 def test_attack_stays_in_budget_and_box_and_lowers_accuracy(trained, name):
     net, x, y = trained
@@ -49,16 +59,16 @@ def test_attack_stays_in_budget_and_box_and_lowers_accuracy(trained, name):
 
 
 @pytest.mark.parametrize("name", ["linf", "l2", "l1"])
-def test_random_starts_are_seeded(trained, name):
-    net, x, y = trained
+def test_random_starts_are_seeded(untrained, name):
+    net, x, y = untrained
     attack = make_attack(name, Budget(BUDGETS[name], steps=1))
     a, b = attack(net, x, y, seed=5), attack(net, x, y, seed=5)
     c = attack(net, x, y, seed=6)
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_attack_restores_training_mode_and_batchnorm_statistics(trained):
-    net, x, y = trained
+def test_attack_restores_training_mode_and_batchnorm_statistics(untrained):
+    net, x, y = untrained
     net.train()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     make_attack("linf", Budget(0.2, steps=3))(net, x, y, seed=0)
@@ -67,11 +77,88 @@ def test_attack_restores_training_mode_and_batchnorm_statistics(trained):
     net.eval()
 
 
-def test_bad_attack_inputs_are_clear_errors(trained):
-    net, x, y = trained
+def test_bad_attack_inputs_are_clear_errors(untrained):
+    net, x, y = untrained
     with pytest.raises(ValueError, match="unknown attack"):
         make_attack("pgd_l7", Budget(0.1))
     with pytest.raises(ValueError, match="must be positive"):
         make_attack("l2", Budget(0.0))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         make_attack("linf", Budget(0.1))(net, x * 255, y)
+
+
+def two_class_linear(v: torch.Tensor) -> torch.nn.Module:
+    """Logits (0, v . x): for label 0 the input gradient of the cross-entropy is p1 * v."""
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(v.numel(), 2, bias=False))
+    with torch.no_grad():
+        net[1].weight.copy_(torch.stack([torch.zeros_like(v), v]))
+    return net.eval()
+
+
+def test_sparse_l1_pgd_matches_a_hand_computation():
+    """Top-2 of 6 coordinates a step of L1 length 0.5; the third step finds coordinates 1 and 3
+    at the box, moves 0 and 5 instead, and is projected back onto the L1 ball of radius 1."""
+    net = two_class_linear(torch.tensor([0.5, -3.0, 0.2, 2.0, 0.1, -1.0]))
+    x, y = torch.full((1, 1, 2, 3), 0.5), torch.tensor([0])
+    budget = dict(eps=1.0, step_fraction=0.5, sparsity=2 / 6, random_start=False)
+    expected = {
+        1: [0.5, 0.25, 0.5, 0.75, 0.5, 0.5],
+        2: [0.5, 0.0, 0.5, 1.0, 0.5, 0.5],  # on the sphere and at the box
+        3: [0.625, 0.125, 0.5, 0.875, 0.5, 0.375],  # |delta| (0.25, .5, .5, .25) - 0.125
+    }
+    for steps, want in expected.items():
+        x_adv = make_attack("l1", Budget(steps=steps, **budget))(net, x, y)
+        torch.testing.assert_close(x_adv.flatten(), torch.tensor(want))
+    # a step longer than the radius is projected back onto the ball
+    x_adv = make_attack("l1", Budget(1.0, 1, 3.0, 2 / 6, False))(net, x, y)
+    torch.testing.assert_close(x_adv.flatten(), torch.tensor([0.5, 0.0, 0.5, 1.0, 0.5, 0.5]))
+
+
+def test_sparse_l1_random_start_stays_in_the_box_and_the_ball():
+    net = two_class_linear(torch.zeros(64))  # zero gradient: only the start moves x
+    x, y = torch.rand(20, 1, 8, 8), torch.zeros(20, dtype=torch.long)
+    x_adv = make_attack("l1", Budget(2.5, steps=1))(net, x, y, seed=0)
+    delta = (x_adv - x).flatten(1)
+    assert x_adv.min() >= 0 and x_adv.max() <= 1
+    assert (delta.abs().sum(1) <= 2.5 + 1e-5).all() and (delta.abs().sum(1) > 0).all()
+
+
+def test_perturbation_norm_uses_the_attack_norm():
+    x = torch.zeros(1, 1, 1, 3)
+    x_adv = torch.tensor([[[[0.3, -0.4, 0.0]]]])
+    for name, value in {"linf": 0.4, "fgsm": 0.4, "square": 0.4, "l2": 0.5, "l1": 0.7}.items():
+        assert perturbation_norm(name, x, x_adv).item() == pytest.approx(value)
+
+
+def test_torchattacks_get_the_budget():
+    net = two_class_linear(torch.ones(4))
+    budget = Budget(0.3, steps=7, step_fraction=0.5)
+    for name, cls in (("linf", torchattacks.PGD), ("l2", torchattacks.PGDL2)):
+        attack = _torchattack(name, net, budget, 10)
+        assert isinstance(attack, cls) and attack.random_start
+        assert (attack.eps, attack.alpha, attack.steps) == (0.3, 0.15, 7)
+    assert _torchattack("fgsm", net, budget, 10).eps == 0.3
+    square = _torchattack("square", net, budget, 10)
+    assert (square.eps, square.n_queries, square.n_restarts, square.seed) == (0.3, 7, 1, 0)
+    assert square.norm == "Linf"
+    auto = _torchattack("autoattack", net, budget, 100)
+    assert (auto.norm, auto.eps, auto.n_classes, auto.seed) == ("Linf", 0.3, 100, 0)
+    assert not _torchattack("linf", net, Budget(0.3, random_start=False), 10).random_start
+    built = make_attack("autoattack", budget, num_classes=100)
+    assert built.name == "autoattack" and built.budget == budget
+
+
+def test_budget_bounds_are_clear_errors_and_the_global_generator_is_untouched():
+    for bad in (Budget(0.1, steps=0), Budget(0.1, sparsity=0.0), Budget(0.1, sparsity=1.5),
+                Budget(0.1, step_fraction=0.0)):  # fmt: skip
+        with pytest.raises(ValueError, match="steps must be"):
+            make_attack("l1", bad)
+    attack = make_attack("l1", Budget(0.5, steps=1, sparsity=1.0))  # sparsity 1 is allowed
+    net = two_class_linear(torch.ones(4))
+    x, y = torch.full((2, 1, 2, 2), 0.5), torch.zeros(2, dtype=torch.long)
+    state = torch.get_rng_state()
+    attack(net, x, y, seed=3)
+    assert torch.equal(state, torch.get_rng_state())
+    inside = torch.zeros(2, 1, 2, 2)
+    inside[0, 0, 0, 0] = 1.0  # the box bounds themselves are valid inputs
+    attack(net, inside, y)

@@ -1,4 +1,3 @@
-import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +8,8 @@ import torch
 
 from lrrf.claim import run_claim_experiment
 from lrrf.cli import train
-from papers_cli.testing import check_resume, user_error_message
+from lrrf.model import LrrfModule
+from papers_cli.testing import check_resume, run_ddp_train, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -40,19 +40,32 @@ def test_the_whole_sequence_runs_and_fills_r(tiny_args):
     )
 
 
-def test_attacks_inside_a_training_step_leave_mode_and_batchnorm_untouched(tiny_args):
-    model = train([*tiny_args, "--trainer.max_steps=0"]).model
-    model.train()
-    x = torch.rand(16, 1, 8, 8)
-    y = torch.arange(16) % 10
-    stats = copy.deepcopy({k: v for k, v in model.state_dict().items() if "running" in k})
-    for task in range(4):
-        model.craft(x, y, task)
-        assert model.training and model.net.training
-        assert all(m.training for m in model.net.modules())
-    after = {k: v for k, v in model.state_dict().items() if "running" in k}
-    assert all(torch.equal(stats[k], after[k]) for k in stats)
-    assert model.state_dict()["net.extractor.body.1.num_batches_tracked"].item() == 0
+def test_attacks_inside_training_steps_leave_mode_and_batchnorm_untouched(tiny_args, monkeypatch):
+    """Through real LRRF training steps (the current task's attack and KCO's re-attacked replay):
+    every attack returns with the whole network in training mode and its batch-norm statistics
+    as they were, while the training forward passes around it do update them."""
+    original = LrrfModule.craft
+    calls = []
+
+    def checked(self, x, y, task):
+        before = {k: v.clone() for k, v in self.net.state_dict().items() if "running" in k}
+        assert self.training and self.net.training
+        x_adv = original(self, x, y, task)
+        after = self.net.state_dict()
+        calls.append(
+            (
+                task,
+                all(m.training for m in self.net.modules()),
+                all(torch.equal(before[k], after[k]) for k in before),
+            )
+        )
+        return x_adv
+
+    monkeypatch.setattr(LrrfModule, "craft", checked)
+    model = train([*tiny_args, "--trainer.max_steps=4", "--model.evaluate_tasks=false"]).model
+    assert len(calls) >= 6 and {task for task, _, _ in calls} == {0, 1}  # 4 batches + replay
+    assert all(mode and stats for _, mode, stats in calls), calls
+    assert model.net.state_dict()["extractor.body.1.num_batches_tracked"].item() >= 4
 
 
 def test_a_few_lrrf_steps_lower_the_drm_discrepancy(tiny_args):
@@ -76,6 +89,14 @@ def test_same_seed_same_r(tiny_args):
     again = train(short).model.task_end_correct["test"]
     assert len(first) == 2
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+@pytest.mark.slow  # two more processes, imports and all: kept out of the 2-minute fast lane
+def test_two_process_ddp_run_finishes_the_sequence_on_both_ranks(tiny_args, tmp_path):
+    """A 2-process CPU DDP job (gloo) of the tiny config: both ranks run the 4 tasks (8 steps)
+    and draw their own noise (run_ddp_train checks the ranks' seeds differ)."""
+    ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")
+    assert [r["global_step"] for r in ranks] == [8, 8]
 
 
 def test_resuming_mid_sequence_continues_exactly(tiny_args, tmp_path):

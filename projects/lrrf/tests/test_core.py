@@ -161,3 +161,57 @@ def test_ewc_penalty_and_distillation_values():
     logits = torch.randn(4, 3)
     assert core.distillation_kl(logits, logits).item() == pytest.approx(0.0, abs=1e-6)
     assert core.distillation_kl(logits, -logits).item() > 0
+
+
+def test_ctir_matches_a_hand_computation_with_its_gram_term():
+    z = torch.tensor([[2.0, 0.0], [0.0, 1.0]])  # normalised: e0, e1
+    z_bar = torch.tensor([[0.0, 3.0], [0.0, 1.0]], requires_grad=True)  # normalised: e1, e1
+    # pointwise: (||e0 - e1||^2 + 0) / 2 = 1; Gram: I - [[1, 1], [1, 1]] -> 2 entries of 1 of 4
+    assert core.ctir_loss(z, z_bar).item() == pytest.approx(1.0 + 0.5)  # default gamma = 1
+    assert core.ctir_loss(z, z_bar, gram_weight=2.0).item() == pytest.approx(1.0 + 2 * 0.5)
+    z = z.clone().requires_grad_(True)
+    core.ctir_loss(z, z_bar).backward()
+    assert z_bar.grad is None and z.grad.abs().sum() > 0  # the accumulated network is a target
+
+
+def test_accumulate_defaults_to_the_mean_and_rejects_bad_input():
+    points = [{"w": torch.tensor([1.0])}, {"w": torch.tensor([3.0])}]
+    acc = core.accumulate(None, points[0], 1)
+    assert torch.equal(core.accumulate(acc, points[1], 2)["w"], torch.tensor([2.0]))
+    ema = core.accumulate(acc, points[1], 2, "ema")  # default ema 0.5
+    assert torch.equal(ema["w"], torch.tensor([2.0]))
+    assert torch.equal(core.accumulate(acc, points[1], 2, "ema", ema=0.75)["w"],
+                       torch.tensor([1.5]))  # fmt: skip
+    with pytest.raises(ValueError, match="unknown accumulation rule"):
+        core.accumulate(acc, points[1], 2, "median")
+    with pytest.raises(ValueError, match="from 1"):
+        core.accumulate(None, points[0], 0)
+
+
+def test_supcon_skips_items_without_a_positive_and_kco_defaults_to_temperature_half():
+    z = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    y = torch.tensor([0, 0, 1])  # the third item has no positive: skipped
+    expected = -np.log(np.exp(2) / (np.exp(2) + 1))  # T = 0.5: similarities 1 and 0
+    assert core.supervised_contrastive(z, y, 0.5).item() == pytest.approx(expected, rel=1e-5)
+    logits = torch.randn(3, 2)
+    assert core.kco_loss(z, z, logits, logits, y).item() == pytest.approx(
+        core.kco_loss(z, z, logits, logits, y, temperature=0.5).item()
+    )
+
+
+def test_l1_projection_takes_a_radius_per_row():
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=(3, 8))
+    radius = np.array([0.5, 2.0, 100.0])  # the last row is already inside
+    got = core.project_l1_ball(torch.from_numpy(v), torch.from_numpy(radius)).numpy()
+    want = np.stack([reference_l1_projection(row, r) for row, r in zip(v, radius, strict=True)])
+    np.testing.assert_allclose(got, want, atol=1e-10)
+    np.testing.assert_array_equal(got[2], v[2])
+
+
+def test_sparse_direction_rounds_the_number_of_coordinates_and_moves_at_least_one():
+    grad = torch.tensor([[0.1, -3.0, 0.2, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    one = core.sparse_l1_direction(grad, 0.01)  # 0.1 coordinates -> at least 1
+    assert torch.equal(one, torch.tensor([[0, -1.0, 0, 0, 0, 0, 0, 0, 0, 0]]))
+    three = core.sparse_l1_direction(grad, 0.26)  # round(2.6) = 3
+    assert torch.allclose(three, torch.tensor([[0, -1, 1, 1, 0, 0, 0, 0, 0, 0]]) / 3)

@@ -169,18 +169,6 @@ def kco_loss(
 
 
 # ------------------------------------------------------------------------------- [R6] buffer
-def class_balanced_slots(
-    labels: np.ndarray, per_class: int, rng: np.random.Generator
-) -> np.ndarray:
-    """[R6] Indices of at most ``per_class`` items of every class in ``labels``, drawn without
-    replacement (fewer when a class has fewer items)."""
-    chosen = []
-    for c in np.unique(labels):
-        where = np.flatnonzero(labels == c)
-        chosen.append(rng.choice(where, size=min(per_class, len(where)), replace=False))
-    return np.sort(np.concatenate(chosen))
-
-
 def merge_buffer(
     old_tasks: np.ndarray,
     old_labels: np.ndarray,
