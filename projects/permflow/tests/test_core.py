@@ -381,3 +381,17 @@ def test_posterior_endpoint_weights_match_a_hand_computation():
         expected = w[0] * targets[b, 0] + w[1] * targets[b, 1]
         torch.testing.assert_close(out[b], expected, atol=1e-5, rtol=1e-5)
     assert neither > 0
+
+
+def test_slots_past_num_valid_do_not_change_the_posterior():
+    """Padding slots (k >= num_valid) take no part in the cell test or the weights, even when
+    one of them is the target nearest to x0."""
+    targets, num_valid = two_mode_targets(200)
+    extra = core.permutation_matrices(torch.tensor([[4, 3, 2, 1, 0]])).expand(200, 1, 5, 5)
+    padded = torch.cat([targets, extra], dim=1)  # [B, 3, n, n], the third slot invalid
+    x_t = 0.5 * extra[:, 0] + core.sample_base(200, 5, 0.6, torch.Generator().manual_seed(6))
+    t = torch.full((200,), 0.3)
+    torch.testing.assert_close(
+        core.posterior_endpoint(x_t, t, padded, num_valid, 0.45),
+        core.posterior_endpoint(x_t, t, targets, num_valid, 0.45),
+    )
