@@ -143,9 +143,10 @@ def velocity_from_endpoint(
 def integrate(
     velocity: VelocityFn,
     x0: torch.Tensor,
-    steps: int = 20,
+    steps: int,
     method: str = "euler",
-    project: bool = True,
+    *,
+    project: bool,
 ) -> torch.Tensor:
     """Eq. (8): integrate dx/dt = Pi(v(x, t)) from t=0 to t=1 with Euler or Heun (2nd order).
 
