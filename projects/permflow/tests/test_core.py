@@ -395,3 +395,21 @@ def test_slots_past_num_valid_do_not_change_the_posterior():
         core.posterior_endpoint(x_t, t, padded, num_valid, 0.45),
         core.posterior_endpoint(x_t, t, targets, num_valid, 0.45),
     )
+
+
+def test_integrate_checks_its_arguments_and_passes_t_in_the_state_dtype():
+    """A bad sampler or step count is a clear error; one step is allowed; t reaches the velocity
+    field in the state's dtype (float64 states keep float64 times)."""
+    x0 = core.sample_base(3, 4, 0.5).double()
+    seen = []
+
+    def velocity(x, t):
+        seen.append(t.dtype)
+        return torch.zeros_like(x)
+
+    with pytest.raises(ValueError, match="sampler must be 'euler' or 'heun', got 'rk4'"):
+        core.integrate(velocity, x0, steps=2, method="rk4", project=True)
+    with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
+        core.integrate(velocity, x0, steps=0, project=True)
+    assert torch.equal(core.integrate(velocity, x0, steps=1, project=True), x0)
+    assert seen == [torch.float64]
