@@ -413,3 +413,28 @@ def test_integrate_checks_its_arguments_and_passes_t_in_the_state_dtype():
         core.integrate(velocity, x0, steps=0, project=True)
     assert torch.equal(core.integrate(velocity, x0, steps=1, project=True), x0)
     assert seen == [torch.float64]
+
+
+def test_heun_evaluates_its_corrector_at_t_plus_h():
+    """With v = t and 4 steps (h = 1/4), Heun's averaged slopes integrate t exactly on the first
+    three steps and its last step is Euler: 0.28125 + 0.25 * 0.75 = 0.46875."""
+    x0 = torch.zeros(2, 3, 3)
+    x1 = core.integrate(
+        lambda x, t: t.view(-1, 1, 1).expand_as(x), x0, steps=4, method="heun", project=False
+    )
+    torch.testing.assert_close(x1, torch.full_like(x0, 0.46875))
+
+
+def test_violation_is_per_input_and_the_base_honours_generator_and_dtype():
+    exact = torch.eye(4)[None]
+    off = exact + 0.1 * torch.eye(4)[None]  # rows and columns sum to 1.1
+    torch.testing.assert_close(
+        core.constraint_violation(torch.cat([exact, off])), torch.tensor([0.0, 0.1])
+    )
+    draws = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        draws.append(
+            core.sample_base(3, 4, 0.5, torch.Generator().manual_seed(0), dtype=torch.float64)
+        )
+    assert torch.equal(draws[0], draws[1]) and draws[0].dtype == torch.float64
