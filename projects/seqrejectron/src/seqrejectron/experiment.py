@@ -70,6 +70,12 @@ def build_world(config: WorldConfig, seed: int) -> World:
     test_env = train_env.with_shift(config.shift, config.strength)
     train = [train_env.rollout(expert_policy, s) for s in episode_seeds(seed, 0, config.n_train)]
     test = [test_env.rollout(expert_policy, s) for s in episode_seeds(seed, 1, config.n_test)]
+    return world_from_demonstrations(config, seed, train_env, test_env, train, test)
+
+
+def world_from_demonstrations(config: WorldConfig, seed: int, train_env, test_env, train, test):
+    """Fit pi-hat by behaviour cloning on ``train`` and roll it out in both dynamics (calibration,
+    validation and evaluation episodes, each split with its own seeds)."""
     pihat = fit_bc(train, config.hidden, config.bc_steps, config.bc_lr, seed)
 
     def act(feats, z):

@@ -52,8 +52,8 @@ from seqrejectron.experiment import (
     episode_metrics,
     episode_seeds,
     fit_method,
+    world_from_demonstrations,
 )
-from seqrejectron.search import fit_bc, greedy
 
 PROJECT = project_dir_of(__file__)
 PARTS = ("thresholds", "horizon", "demos", "extensions", "pointmaze")
@@ -203,26 +203,7 @@ def variant_world(config: WorldConfig, seed: int, noise: float, mix: float) -> W
         test_env.rollout(demonstrator(OTHER_EXPERT_TABLE if j < n_other else EXPERT_TABLE), s)
         for j, s in enumerate(episode_seeds(seed, 1, config.n_test))
     ]
-    pihat = fit_bc(train, config.hidden, config.bc_steps, config.bc_lr, seed)
-
-    def act(feats, z):
-        return int(greedy(pihat, torch.from_numpy(feats)[None])[0])
-
-    def run(env, split, count):
-        return [env.rollout(act, s) for s in episode_seeds(seed, split, count)]
-
-    return World(
-        config=config,
-        seed=seed,
-        train=train,
-        test=test,
-        pihat=pihat,
-        calibration=run(train_env, 2, config.n_calibration),
-        val_p=run(train_env, 3, config.n_val),
-        val_q=run(test_env, 4, config.n_val),
-        eval_p=run(train_env, 5, config.n_eval),
-        eval_q=run(test_env, 6, config.n_eval),
-    )
+    return world_from_demonstrations(config, seed, train_env, test_env, train, test)
 
 
 def extensions(seeds, settings, best, quick) -> dict[str, Any]:
