@@ -4,10 +4,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from ibci_fewshot.claim import SUBJECTS, run_claim_experiment
+from ibci_fewshot.claim import SUBJECTS, drift_trend, run_claim_experiment
 from ibci_fewshot.cli import train
 from papers_cli.testing import check_resume, check_summaries, user_error_message
 from papers_eval import load_claim
@@ -169,8 +170,26 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert record["verdict"] == outcome["verdict"]
     assert {c["role"] for c in record["controls"]} == {"negative", "positive"}
     assert set(record["metrics"]) == set(SUBJECTS)
-    assert "precondition" in record["evidence"]
+    preconditions = {p["name"]: p for p in record["preconditions"]}
+    assert set(preconditions) == {"drift_hurts", "latest_session_is_worse", "oracle_decodes_well"}
+    assert {p["rule"] for p in preconditions.values()} == {"estimate"}  # the registered point rules
+    oracle = preconditions["oracle_decodes_well"]
+    mean_wer = float(
+        np.mean([np.mean(v) for v in outcome["results"]["within_session_oracle"]["test_wer"]])
+    )
+    assert oracle["advantage"]["estimate"] == pytest.approx(0.3 - mean_wer)
+    assert oracle["passed"] == (mean_wer < 0.3)
+    if not all(p["passed"] for p in preconditions.values()):
+        assert record["verdict"] == "not shown"
     assert (tmp_path / "claim.md").is_file() and (tmp_path / "claim.png").is_file()
+
+
+def test_drift_trend_is_the_slope_over_days_and_the_latest_minus_the_earliest():
+    slope, last_minus_first = drift_trend([(30, 0.2), (60, 0.5), (90, 0.5), (30, 0.4)])
+    # days 30, 60, 90, 30 with WER 0.2, 0.5, 0.5, 0.4: mean day 52.5, mean WER 0.4;
+    # slope = sum((d - 52.5)(w - 0.4)) / sum((d - 52.5)^2) = 9 / 2475
+    assert slope == pytest.approx(9 / 2475)
+    assert last_minus_first == pytest.approx(0.5 - 0.3)
 
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):

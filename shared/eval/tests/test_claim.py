@@ -214,6 +214,22 @@ def test_a_precondition_may_name_a_subject_that_is_not_judged(tmp_path):
         judge(spec, results_with({k: v for k, v in errors.items() if k != "clean"}))
 
 
+@pytest.mark.parametrize(("rule", "met"), [("interval", False), ("estimate", True)])
+def test_a_point_rule_precondition_judges_the_estimate_and_still_reports_the_interval(
+    tmp_path, rule, met
+):
+    """The baseline's mean error sits just above the bar: the estimate clears it, the interval
+    does not; only a precondition registered with `rule: estimate` passes."""
+    spec = load(tmp_path, precondition=[{**PRECONDITION[0], "rule": rule}])
+    errors = {"method": 0.3, "baseline": 0.82, "broken": 1.2, "oracle": 0.1}
+    judgement = judge(spec, results_with(errors, noise=0.3, n_items=20))
+    outcome = judgement.preconditions["baseline_struggles"]
+    assert outcome.advantage.estimate > 0 > outcome.advantage.low
+    assert outcome.passed == met and judgement.precondition_met == met
+    assert judgement.verdict == ("held" if met else "not shown")
+    assert ("mean error" in spec.preconditions[0].describe()) == met
+
+
 @pytest.mark.parametrize(
     ("precondition", "message"),
     [
@@ -221,6 +237,7 @@ def test_a_precondition_may_name_a_subject_that_is_not_judged(tmp_path):
         ([{**PRECONDITION[0], "subject": "nobody"}], "subject 'nobody' is not something"),
         ([{**PRECONDITION[0], "metric": "loss"}], "precondition 'baseline_struggles' names"),
         (PRECONDITION * 2, "precondition names repeat"),
+        ([{**PRECONDITION[0], "rule": "median"}], "rule: interval or rule: estimate"),
     ],
 )
 def test_bad_preconditions_are_clear_errors(tmp_path, precondition, message):
@@ -228,10 +245,11 @@ def test_bad_preconditions_are_clear_errors(tmp_path, precondition, message):
         load(tmp_path, precondition=precondition)
 
 
-def test_a_check_cannot_name_a_subject(tmp_path):
+@pytest.mark.parametrize(("key", "value"), [("subject", "method"), ("rule", "estimate")])
+def test_a_check_cannot_name_a_subject_or_a_point_rule(tmp_path, key, value):
     checks = [{"name": "c", "metric": "error", "goal": "lower", "against": "baseline",
-               "subject": "method"}]  # fmt: skip
-    with pytest.raises(ClaimSpecError, match="unknown keys \\['subject'\\]"):
+               key: value}]  # fmt: skip
+    with pytest.raises(ClaimSpecError, match=f"unknown keys \\['{key}'\\]"):
         load(tmp_path, checks=checks)
 
 

@@ -25,6 +25,7 @@ A project pre-registers its claim in ``configs/claim.yaml``::
         metric: test_mse
         goal: higher
         threshold: 0.1               # the mean predictor is not already good
+        rule: interval               # or `estimate` (preconditions only): see below
     tuning: {split: val, metric: val_mse, goal: lower, grid: {lr: [0.003, 0.01, 0.03]}}
     settings: {max_epochs: 20}       # budgets: recorded with the run
     quick: {seeds: [0], settings: {max_epochs: 2}}   # overrides for --quick
@@ -32,7 +33,9 @@ A project pre-registers its claim in ``configs/claim.yaml``::
 A check passes for a subject (the method or a control) when its whole confidence interval lies
 on the good side: for ``goal: higher`` the advantage ``subject - ratio * reference - margin``
 (or ``subject - threshold - margin``) must have a lower bound above 0; ``goal: lower`` flips the
-sign. The verdict (``judge``) is
+sign. A precondition pre-registered as a point rule ("the oracle's mean error below 0.3") says
+``rule: estimate``: it passes when the advantage's estimate is above 0, its interval is still
+reported. Checks always use the interval. The verdict (``judge``) is
 
 - ``not shown`` when a pre-registered precondition fails (the miniature does not pose the
   problem the claim is about), or a negative control passes every check it is judged on, or a
@@ -89,6 +92,7 @@ class Check:
     paired: bool = True
     where: str = ""
     subject: str | None = None  # preconditions only: the one subject they are judged on
+    rule: Literal["interval", "estimate"] = "interval"  # "estimate": preconditions only
 
     def describe(self) -> str:
         """The check in words, e.g. ``test_mse lower than 0.5 x mean_predictor``."""
@@ -101,7 +105,8 @@ class Check:
         margin = f" by more than {self.margin:g}" if self.margin else ""
         where = f" ({self.where})" if self.where else ""
         subject = f"{self.subject}'s " if self.subject else ""
-        return f"{subject}{self.metric} {side} {bar}{margin}{where}"
+        mean = "mean " if self.rule == "estimate" else ""
+        return f"{subject}{mean}{self.metric} {side} {bar}{margin}{where}"
 
 
 @dataclass(frozen=True)
@@ -240,7 +245,8 @@ def _parse_spec(
         if not isinstance(item, dict) or not item.get("name") or not item.get("metric"):
             raise fail(f"each {what} needs a name and a metric, got {item!r}")
         name = item["name"]
-        allowed = set(Check.__dataclass_fields__) - (set() if precondition else {"subject"})
+        only_preconditions = {"subject", "rule"}
+        allowed = set(Check.__dataclass_fields__) - (set() if precondition else only_preconditions)
         extra = set(item) - allowed
         if extra:
             raise fail(f"{what} '{name}' has unknown keys {sorted(extra)}")
@@ -259,6 +265,9 @@ def _parse_spec(
             known(reference, f"{what} '{name}': reference")
         if precondition and not item.get("subject"):
             raise fail(f"precondition '{name}' needs the subject it is judged on")
+        rule = item.get("rule", "interval")
+        if rule not in ("interval", "estimate"):
+            raise fail(f"precondition '{name}' needs rule: interval or rule: estimate")
         return Check(
             name=name,
             metric=item["metric"],
@@ -272,6 +281,7 @@ def _parse_spec(
             subject=known(item["subject"], f"precondition '{name}': subject")
             if precondition
             else None,
+            rule=rule,
         )
 
     checks = [parse_check(item) for item in raw["checks"]]
@@ -473,7 +483,8 @@ def check_outcome(
             )
             candidates.append(_shift(interval, -check.margin))
         advantage = min(candidates, key=lambda i: (_nan_low(i.low), i.estimate))
-    passed = bool(math.isfinite(advantage.low) and advantage.low > 0)
+    decisive = advantage.estimate if check.rule == "estimate" else advantage.low
+    passed = bool(math.isfinite(decisive) and decisive > 0)
     return CheckOutcome(subject, check.name, advantage, passed)
 
 
