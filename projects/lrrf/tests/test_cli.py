@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from lrrf import orders
 from lrrf.claim import run_claim_experiment
 from lrrf.cli import train
 from lrrf.model import LrrfModule
@@ -161,6 +163,19 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert "lrrf" in record["metrics"] and "joint_at" in record["metrics"]
     assert (tmp_path / "claim.md").is_file() and (tmp_path / "r_matrices.png").is_file()
     assert "precondition" in outcome["evidence"]
+
+
+def test_the_second_order_run_trains_l1_first_and_its_aa_is_the_last_row_of_r(tmp_path):
+    record = orders.main(["--quick", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "second_order.json").read_text())["tasks"] == record["tasks"]
+    assert record["tasks"] == ["l1", "l2", "fgsm", "linf"]
+    for subject in orders.SUBJECTS:
+        assert record["tasks_trained"][subject] == [record["tasks"]]  # one quick seed
+        r = np.array(record["r_matrices_mean_over_seeds"][subject])
+        assert r.shape == (4, 5)  # after each task: clean, then the 4 attacks in this order
+        aa = record["metrics"][subject]["aa"]["mean"]
+        assert aa == pytest.approx(r[-1, 1:].mean(), abs=1e-4)  # AA: the final row's attacks
+        assert record["metrics"][subject]["clean_acc"]["mean"] == pytest.approx(r[-1, 0], abs=1e-4)
 
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = {
         "experiment": "second attack order (not pre-registered)",
         "tasks": tasks,
+        "tasks_trained": {s: [r["_tasks"] for r in measured[s]] for s in SUBJECTS},
         "seeds": seeds,
         "settings": settings,
         "tuned_params": {s: tuned[s] for s in SUBJECTS},
