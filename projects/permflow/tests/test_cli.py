@@ -142,6 +142,7 @@ def test_ranks_draw_different_training_noise():
     assert torch.equal(x0_a, x0_c) and torch.equal(t_a, t_c)
 
 
+@pytest.mark.slow  # ~1 min (three interpreters); the rank-noise law is tested in-process above
 def test_two_process_ddp_run_draws_different_noise_per_rank(tiny_args, tmp_path):
     ranks = run_ddp_train(PROJECT, tiny_args, tmp_path / "ddp")  # checks the ranks' noise seeds
     assert [r["global_step"] for r in ranks] == [6, 6]
