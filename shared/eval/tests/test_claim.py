@@ -436,6 +436,40 @@ def test_write_claim_round_trips_and_renders_every_part(tmp_path):
     )
 
 
+def test_the_record_names_the_revision_the_run_started_from(tmp_path):
+    """A commit made while a long run trains must not relabel the record."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)  # fmt: skip
+
+    def head():
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "claim.yaml").write_text(yaml.safe_dump(spec_text()))
+    (tmp_path / "core.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "the code the run measures")
+    started = head()
+    spec = load_claim_spec(tmp_path / "configs" / "claim.yaml", subjects=SUBJECTS, metrics=METRICS)
+    assert spec.started_at_revision == started
+    results = results_with({"method": 0.3, "baseline": 1.0, "broken": 1.2, "oracle": 0.1})
+
+    def record_revision():
+        path = write_claim(tmp_path / "results", project="demo", spec=spec, results=results,
+                           judgement=judge(spec, results), config={}, wall_time_s=1.0)  # fmt: skip
+        return load_claim(path)["git_revision"]
+
+    assert record_revision() == started  # the record it writes is not a code change
+    (tmp_path / "core.py").write_text("x = 2\n")
+    git("commit", "-qam", "a commit during the run")
+    assert record_revision() == f"{started} (HEAD at write: {head()})"
+
+
 def test_load_claim_refuses_a_schema_1_record_naming_the_change(tmp_path):
     write_results(
         tmp_path,

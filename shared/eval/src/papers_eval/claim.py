@@ -48,12 +48,13 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from papers_eval.record import git_revision
 from papers_eval.stats import (
     Interval,
     PerSeed,
@@ -136,6 +137,7 @@ class ClaimSpec:
     settings: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
     preconditions: tuple[Check, ...] = ()
+    started_at_revision: str = ""  # the code's git revision when the run read its spec
 
     @property
     def subjects(self) -> tuple[str, ...]:
@@ -202,7 +204,11 @@ def load_claim_spec(
         raw = _deep_merge(raw, overrides)
     if seeds is not None:
         raw["seeds"] = list(seeds)
-    return _parse_spec(raw, str(path), set(subjects), set(metrics), quick)
+    spec = _parse_spec(raw, str(path), set(subjects), set(metrics), quick)
+    # The code a run measures is the code it started with: record that revision now, not when
+    # the record is written (a commit made during a long run would otherwise label it).
+    results_dir = path.resolve().parent.parent / "results"
+    return replace(spec, started_at_revision=git_revision(path.parent, ignore=results_dir))
 
 
 def _parse_spec(

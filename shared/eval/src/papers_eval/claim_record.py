@@ -64,6 +64,13 @@ class RecordSchemaError(ValueError):
     user_facing = True
 
 
+def _revision(spec: ClaimSpec, out: Path) -> str:
+    """The revision the run started from; says so when HEAD moved before the record was written."""
+    now = git_revision(out, ignore=out)
+    started = spec.started_at_revision or now
+    return started if started == now else f"{started} (HEAD at write: {now})"
+
+
 def write_claim(
     out_dir: str | os.PathLike,
     *,
@@ -125,7 +132,7 @@ def write_claim(
         "notes": notes,
         "figures": list(figures),
         "spec_source": spec.source,
-        "git_revision": git_revision(out, ignore=out),
+        "git_revision": _revision(spec, out),
         "hardware": hardware_info(),
         "wall_time_s": round(float(wall_time_s), 1),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
