@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ from ibci_fewshot.metrics import (
     falcon_words,
     per_item_rates,
     plain_text,
+    sentence_errors,
     session_rates,
 )
 from ibci_fewshot.model import IbciModule, UnknownSessionError
@@ -395,4 +397,206 @@ def test_plain_gradient_fit_reaches_the_minimum_and_decay_pulls_to_the_start():
     # (a - 3)^2 + (a - 1)^2 is least at a = 2
     decayed = core.fit_by_gradient(loss_of, start, lr=0.05, steps=400, weight_decay_to_start=1.0)
     torch.testing.assert_close(decayed["a"], torch.full((2,), 2.0), atol=0.05, rtol=0)
+    # (a - 3)^2 + 3 (a - 1)^2 is least at a = 1.5 (a decay linear in a - 1 would give a = 0)
+    strong = core.fit_by_gradient(loss_of, start, lr=0.05, steps=400, weight_decay_to_start=3.0)
+    torch.testing.assert_close(strong["a"], torch.full((2,), 1.5), atol=0.05, rtol=0)
     assert not free["a"].requires_grad and torch.equal(start["a"], torch.ones(2))
+
+
+# ------------------------------------- value tests for the survivors of the complete lane run
+
+
+def test_adapt_defaults_to_first_order():
+    """phi_1 = a - 0.1 * 2a = 0.8 a; first order treats the gradient as a constant, so
+    d phi_1 / d a = 1 (second order: 0.8)."""
+    start = {"a": torch.tensor([1.0, -2.0], requires_grad=True)}
+    log_step = {"a": torch.tensor(math.log(0.1))}
+
+    def loss_of(phi):
+        return (phi["a"] ** 2).sum()
+
+    phi = core.adapt(loss_of, start, log_step, steps=1)
+    torch.testing.assert_close(phi["a"].detach(), torch.tensor([0.8, -1.6]))
+    phi["a"].sum().backward()
+    torch.testing.assert_close(start["a"].grad, torch.ones(2))
+    start["a"].grad = None
+    core.adapt(loss_of, start, log_step, steps=1, first_order=False)["a"].sum().backward()
+    torch.testing.assert_close(start["a"].grad, torch.full((2,), 0.8))
+
+
+def test_identity_alignment_starts_by_form_and_affine_adds_its_bias():
+    soft = core.identity_alignment(4, "affine_softsign")
+    assert set(soft) == {"weight", "bias"} and torch.equal(soft["weight"], torch.eye(4))
+    torch.manual_seed(123)  # the global generator must not be the one drawn from
+    low = core.identity_alignment(50, "diag_lowrank", generator=torch.Generator().manual_seed(7))
+    expected_v = torch.randn(50, 8, generator=torch.Generator().manual_seed(7)) / math.sqrt(50)
+    torch.testing.assert_close(low["v"], expected_v)  # default rank 8, V ~ N(0, 1 / C)
+    assert low["u"].shape == (50, 8) and low["u"].abs().sum() == 0
+    x = torch.randn(2, 3, 4)
+    phi = {"weight": 2 * torch.eye(4), "bias": torch.tensor([1.0, -1.0, 0.5, 0.0])}
+    torch.testing.assert_close(core.apply_alignment(x, phi, "affine"), 2 * x + phi["bias"])
+    torch.testing.assert_close(
+        core.apply_alignment(x, phi, "affine_softsign"), F.softsign(2 * x + phi["bias"])
+    )
+
+
+def test_ctc_loss_defaults_to_torch_which_zeroes_an_impossible_sentence():
+    """Sentence 2 has one step for two labels: F.ctc_loss (zero_infinity) counts it as 0; the
+    pure recursion gives it the finite stand-in for +inf, -finfo.min / 4."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(2, 4, 5, dtype=torch.float64).log_softmax(-1)  # [B, T, K]
+    targets, label_lengths = torch.tensor([[1, 2], [3, 4]]), torch.tensor([2, 2])
+    lengths = torch.tensor([4, 1])
+    per_sequence = core.ctc_loss_pure(log_probs.transpose(0, 1), targets, lengths, label_lengths)
+    assert per_sequence[1].item() == torch.finfo(torch.float64).max / 4
+    expected = (per_sequence[0] / 2 + 0.0) / 2  # mean over sentences of loss / label length
+    torch.testing.assert_close(core.ctc_loss(log_probs, targets, lengths, label_lengths), expected)
+    assert core.ctc_loss(log_probs, targets, lengths, label_lengths, impl="pure") > 1e300
+
+
+def test_the_math_builds_its_tensors_on_the_input_device():
+    """PyTorch's meta device stands in for a GPU: a tensor made on the CPU next to it raises."""
+    meta = torch.device("meta")
+    x = torch.zeros(2, 5, 4, device=meta)
+    assert core.drift_augment(x, 0.3, 0.2, 0.1).device == meta
+    assert core.gaussian_smooth(x, 1.0).device == meta
+    loss = core.ctc_loss_pure(
+        torch.zeros(6, 2, 5, device=meta),
+        torch.tensor([[1, 2], [3, 0]], device=meta),
+        torch.tensor([6, 5], device=meta),
+        torch.tensor([2, 1]),  # on the CPU: the empty-label check reads its values
+    )
+    assert loss.device == meta and loss.shape == (2,)
+
+
+def test_drift_draws_reproduce_by_hand_from_the_seed():
+    """x * exp(gain_sd z1) + offset_sd z2 + noise_sd z3 and M = I + mix_sd / sqrt(C) z, with the
+    draws in this order from the global generator (the signs are fixed by the seeded values)."""
+    x = torch.randn(3, 4, 2)
+    torch.manual_seed(5)
+    out = core.drift_augment(x, 0.3, 0.2, 0.1)
+    torch.manual_seed(5)
+    gain = torch.exp(0.1 * torch.randn(3, 1, 2))
+    offset = 0.2 * torch.randn(3, 1, 2)
+    torch.testing.assert_close(out, x * gain + offset + 0.3 * torch.randn(3, 4, 2))
+    torch.manual_seed(6)
+    drift = core.random_drift(3, 0.2, 0.3, 0.5)
+    torch.manual_seed(6)
+    expected = (
+        torch.exp(0.2 * torch.randn(3)),
+        0.3 * torch.randn(3),
+        torch.eye(3) + 0.5 / math.sqrt(3) * torch.randn(3, 3),
+    )
+    for got, want in zip(drift, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_first_order_episode_adapts_with_f_ctc_for_the_given_steps():
+    """By default an episode is first order with F.ctc_loss (zero_infinity): two plain gradient
+    steps of size 0.5 on the support, then the query loss, whose second sentence (one output step
+    for two labels) counts 0."""
+    decoder = tiny_decoder().requires_grad_(False)
+    support, query = tiny_batch(0), tiny_batch(1)
+    query = {**query, "lengths": torch.tensor([6, 2]), "y": torch.tensor([[1, 2], [3, 4]])}
+    query["y_lengths"] = torch.tensor([2, 2])
+    start = core.identity_alignment(3, "affine")
+    start = {k: v.double() for k, v in start.items()}
+    log_step = {k: torch.tensor(math.log(0.5), dtype=torch.float64) for k in start}
+    loss, adapted = core.episode_loss(decoder, "affine", support, query, start, log_step, 2)
+
+    def f_ctc(batch, phi):
+        log_probs, lengths = decoder(
+            core.apply_alignment(batch["x"], phi, "affine"), batch["lengths"]
+        )
+        return F.ctc_loss(
+            log_probs.transpose(0, 1), batch["y"], lengths, batch["y_lengths"], zero_infinity=True
+        )
+
+    phi = start
+    for _ in range(2):
+        leaves = {k: v.clone().requires_grad_(True) for k, v in phi.items()}
+        grads = torch.autograd.grad(f_ctc(support, leaves), list(leaves.values()))
+        phi = {k: phi[k] - 0.5 * g for k, g in zip(leaves, grads, strict=True)}
+    for k in start:
+        torch.testing.assert_close(adapted[k], phi[k])
+    torch.testing.assert_close(loss, f_ctc(query, phi))
+    assert loss.item() < 100
+
+
+def test_gaussian_smoothing_keeps_double_precision():
+    x = torch.zeros(1, 9, 2, dtype=torch.float64)
+    x[0, 4] = 1.0
+    out = core.gaussian_smooth(x, sigma=1.0)
+    kernel = torch.exp(-0.5 * torch.arange(-3.0, 4.0, dtype=torch.float64) ** 2)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out[0, 1:8, 1], kernel / kernel.sum(), rtol=1e-12, atol=1e-15)
+
+
+def test_mismatched_lengths_raise():
+    with pytest.raises(ValueError):
+        core.greedy_decode(torch.zeros(2, 3, 4), torch.tensor([3]))
+    with pytest.raises(ValueError):
+        sentence_errors(["a>b", "c"], ["a>b"])
+
+
+def test_parameter_distance_of_a_start_smaller_than_one():
+    start = {"a": torch.tensor([0.3, 0.4])}  # ||start||^2 = 0.25
+    moved = {"a": torch.tensor([0.4, 0.4])}
+    assert core.parameter_distance(moved, start) == pytest.approx(math.sqrt(0.01 / 0.25))
+
+
+def test_gru_decoder_structure_defaults_and_dropout():
+    d = core.GRUDecoder()
+    assert (d.project.in_features, d.project.out_features) == (192, 64)
+    assert (d.gru.input_size, d.gru.hidden_size, d.gru.num_layers) == (64 * 6, 96, 2)
+    assert (d.kernel, d.stride) == (6, 3)
+    assert d.gru.batch_first and d.gru.dropout == 0.0
+    assert (d.readout.in_features, d.readout.out_features) == (96, core.N_CLASSES)
+    assert core.GRUDecoder(layers=2, dropout=0.3).gru.dropout == 0.3
+    assert core.GRUDecoder(layers=3).gru.num_layers == 3
+    one = core.GRUDecoder(layers=1, dropout=0.3)  # no dropout between layers with one layer
+    assert one.gru.num_layers == 1 and one.gru.dropout == 0.0
+
+
+def test_gru_decoder_decodes_each_sentence_of_a_batch_on_its_own():
+    decoder = tiny_decoder()
+    x = tiny_batch(0)["x"]
+    both, _ = decoder(x, torch.tensor([6, 6]))
+    alone, _ = decoder(x[1:], torch.tensor([6]))
+    torch.testing.assert_close(both[1], alone[0])
+
+
+def test_short_sentences_are_zero_padded_at_the_end_to_one_window():
+    torch.manual_seed(2)
+    wide = core.GRUDecoder(channels=5, projection=2, hidden=3, layers=1, kernel=4, stride=2)
+    x = torch.randn(1, 2, 5)
+    short, lengths = wide(x, torch.tensor([2]))
+    padded, _ = wide(torch.cat([x, torch.zeros(1, 2, 5)], dim=1), torch.tensor([4]))
+    torch.testing.assert_close(short, padded)
+    assert short.shape == (1, 1, core.N_CLASSES) and lengths.tolist() == [1]
+    narrow = core.GRUDecoder(channels=3, projection=2, hidden=3, layers=1, kernel=4, stride=2)
+    log_probs, lengths = narrow(torch.randn(1, 10, 3), torch.tensor([10]))
+    assert log_probs.shape[1] == 4 and lengths.tolist() == [4]  # (10 - 4) // 2 + 1
+
+
+def test_edit_distance_against_empty_sequences():
+    assert edit_distance("", "abc") == 3
+    assert edit_distance("abc", "") == 3
+    assert edit_distance("", "") == 0
+    assert edit_distance("ab", "ba") == 2
+
+
+def test_falcon_words_drops_hash_and_keeps_empty_words():
+    """'#' is dropped; the split is on single spaces, so '>>' leaves an empty word (FALCON's
+    evaluator splits with str.split(' '))."""
+    assert falcon_words("a#b>c") == ["ab", "c"]
+    assert falcon_words("i>>am") == ["i", "", "am"]
+
+
+def test_sentence_errors_of_no_sentences_are_an_empty_integer_table():
+    table = sentence_errors([], [])
+    assert table.shape == (0, 4) and table.dtype == np.int64
+
+
+def test_lexicon_snaps_every_part_that_is_not_punctuation():
+    assert Lexicon(["hello", "world"])("X>wordl") == "hello>world"

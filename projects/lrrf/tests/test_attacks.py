@@ -1,11 +1,13 @@
 """Every attack stays in its budget and [0, 1], lowers a trained model's accuracy, and its random
 start is seeded; bad input is a clear error."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import torchattacks
 
+from lrrf import attacks
 from lrrf.attacks import Budget, _torchattack, make_attack, perturbation_norm
 from lrrf.data import LrrfDataModule
 from lrrf.networks import build_network
@@ -162,3 +164,116 @@ def test_budget_bounds_are_clear_errors_and_the_global_generator_is_untouched():
     inside = torch.zeros(2, 1, 2, 2)
     inside[0, 0, 0, 0] = 1.0  # the box bounds themselves are valid inputs
     attack(net, inside, y)
+
+
+# ---------------------------------------------------------------- value tests for the survivors
+# of the mutation lane (README, "Mutation lane").
+
+
+def test_inputs_just_above_one_are_rejected_with_the_full_message(untrained):
+    net, x, y = untrained
+    with pytest.raises(ValueError) as error:
+        make_attack("linf", Budget(0.1))(net, torch.full_like(x, 0.5) + 0.6 * (x > 0.5), y)
+    assert str(error.value).endswith(
+        "): normalisation is a layer of the model; pass raw pixel intensities scaled to [0, 1]"
+    )
+    assert "max 1.1" in str(error.value)
+
+
+def test_unknown_attack_lists_the_attacks_and_num_classes_reaches_the_attack(monkeypatch):
+    with pytest.raises(ValueError) as error:
+        make_attack("pgd_l7", Budget(0.1))
+    assert str(error.value).endswith("choose from linf, l2, l1, fgsm, square, autoattack")
+    seen = []
+
+    def spy(name, model, budget, num_classes):
+        seen.append(num_classes)
+        return lambda x, y: x
+
+    monkeypatch.setattr(attacks, "_torchattack", spy)
+    net = two_class_linear(torch.ones(4))
+    x, y = torch.full((2, 1, 2, 2), 0.5), torch.zeros(2, dtype=torch.long)
+    make_attack("autoattack", Budget(0.1))(net, x, y)
+    make_attack("autoattack", Budget(0.1), num_classes=100)(net, x, y)
+    assert seen == [10, 100]  # the default is the digits' (and CIFAR-10's) 10 classes
+
+
+def test_torchattacks_get_the_model_the_class_and_the_start_flag():
+    net = two_class_linear(torch.ones(4))
+    budget = Budget(0.3, steps=7, step_fraction=0.5, random_start=False)
+    classes = {"linf": torchattacks.PGD, "l2": torchattacks.PGDL2, "fgsm": torchattacks.FGSM,
+               "square": torchattacks.Square, "autoattack": torchattacks.AutoAttack}  # fmt: skip
+    for name, cls in classes.items():
+        attack = _torchattack(name, net, budget, 10)
+        assert type(attack) is cls and attack.model is net, name
+    assert not _torchattack("l2", net, budget, 10).random_start
+
+
+def test_perturbation_norm_is_per_item_of_the_difference():
+    x = torch.tensor([[[[0.5, 0.5, 0.0]]], [[[0.2, 0.0, 0.0]]]])
+    x_adv = x + torch.tensor([[[[0.3, -0.4, 0.0]]], [[[0.0, 0.1, 0.0]]]])
+    for name, value in {"linf": [0.4, 0.1], "l2": [0.5, 0.1], "l1": [0.7, 0.1]}.items():
+        torch.testing.assert_close(perturbation_norm(name, x, x_adv), torch.tensor(value))
+
+
+def test_sparse_l1_step_skips_coordinates_at_the_box_and_clips_the_step():
+    """One step, no random start, small gradients (|grad| < 1): coordinate 0 sits at 1 with a
+    positive gradient (blocked), coordinate 1 at 0 with a positive gradient (free to move up).
+    The top 4 of the free coordinates (1, 2, 3, 4) move by step / 4 = 0.25 (step = 0.5 * 2);
+    coordinates 2 and 3 overshoot the box and are clipped to it."""
+    net = two_class_linear(torch.tensor([0.3, 0.2, 0.15, -0.12, 0.05, 0.01]))
+    x, y = torch.tensor([[[[1.0, 0.0, 0.9], [0.1, 0.5, 0.5]]]]), torch.tensor([0])
+    budget = Budget(eps=2.0, steps=1, step_fraction=0.5, sparsity=4 / 6, random_start=False)
+    x_adv = make_attack("l1", budget)(net, x, y)
+    torch.testing.assert_close(x_adv.flatten(), torch.tensor([1.0, 0.25, 1.0, 0.0, 0.75, 0.5]))
+
+
+def reference_l1_projection(v: np.ndarray, radius: float) -> np.ndarray:
+    """Duchi et al.'s sort-based algorithm, one vector, written plainly (as in test_core)."""
+    if np.abs(v).sum() <= radius:
+        return v.copy()
+    mu = np.sort(np.abs(v))[::-1]
+    cumulative = np.cumsum(mu)
+    rho = max(j for j in range(len(mu)) if mu[j] - (cumulative[j] - radius) / (j + 1) > 0)
+    theta = (cumulative[rho] - radius) / (rho + 1)
+    return np.sign(v) * np.maximum(np.abs(v) - theta, 0)
+
+
+def sparse_l1_pgd_reference(v, x, eps, steps, step_fraction, sparsity, seed):
+    """The sparse L1 PGD against two_class_linear(v) with label 0, written plainly per item:
+    the input gradient is sigmoid(v . x') v; the start is noise / ||noise||_1 * eps * U(0, 1)
+    per item, clipped to the box; the L1 projection is test_core's sort-based reference."""
+    torch.manual_seed(seed)
+    flat = x.flatten(1)
+    noise = torch.randn_like(flat).numpy()
+    lengths = eps * torch.rand(len(flat), 1, dtype=x.dtype).numpy()
+    flat, v = flat.numpy(), v.numpy()
+    k = max(1, round(sparsity * flat.shape[1]))
+    out = []
+    for xi, ni, li in zip(flat, noise, lengths, strict=True):
+        delta = np.clip(xi + ni / np.abs(ni).sum() * li, 0, 1) - xi
+        for _ in range(steps):
+            grad = v / (1 + np.exp(-(v @ (xi + delta))))
+            point = xi + delta
+            grad[((point >= 1) & (grad > 0)) | ((point <= 0) & (grad < 0))] = 0
+            top = np.argsort(-np.abs(grad), kind="stable")[:k]
+            direction = np.zeros_like(grad)
+            direction[top] = np.sign(grad[top]) / k
+            delta = reference_l1_projection(delta + step_fraction * eps * direction, eps)
+            delta = np.clip(xi + delta, 0, 1) - xi
+        out.append(xi + delta)
+    return torch.from_numpy(np.stack(out)).view_as(x)
+
+
+def test_sparse_l1_pgd_with_a_random_start_matches_a_plain_reference():
+    """float64 throughout (the start's draws follow the input's dtype), four coordinates per
+    item (so some noise vectors have an L1 norm below 1), inputs near both ends of the box."""
+    torch.manual_seed(0)
+    v = torch.tensor([0.8, -0.5, 0.3, -0.05], dtype=torch.float64)
+    net = two_class_linear(v).double()
+    x = torch.cat([torch.rand(8, 1, 2, 2) * 0.15, torch.rand(8, 1, 2, 2) * 0.15 + 0.85]).double()
+    y = torch.zeros(16, dtype=torch.long)
+    budget = Budget(eps=0.6, steps=3, step_fraction=0.5, sparsity=0.5)
+    x_adv = make_attack("l1", budget)(net, x, y, seed=11)
+    want = sparse_l1_pgd_reference(v, x, 0.6, 3, 0.5, 0.5, seed=11)
+    torch.testing.assert_close(x_adv, want, rtol=0, atol=1e-12)

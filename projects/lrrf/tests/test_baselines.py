@@ -114,3 +114,24 @@ def test_air_loss_matches_its_definition_step_by_step():
     assert baselines.air_loss(net, net, x_adv, logits, logits, noise=0.3).item() == (
         pytest.approx(0.0, abs=1e-6)
     )
+
+
+def test_air_isotropic_replay_is_clipped_at_both_ends_of_the_box():
+    """The test above clips at 1 only; here half the adversarial examples sit near 0."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    old = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    x_adv = torch.cat([torch.rand(3, 1, 2, 2) * 0.1, torch.rand(3, 1, 2, 2) * 0.1 + 0.9])
+    logits, logits_adv = torch.randn(6, 3), torch.randn(6, 3)
+    torch.manual_seed(3)
+    got = baselines.air_loss(net, old, x_adv, logits, logits_adv, noise=0.5)
+    torch.manual_seed(3)
+    isotropic = (x_adv + 0.5 * torch.randn_like(x_adv)).clamp(0, 1)
+    assert isotropic.min() == 0 and isotropic.max() == 1  # both ends bind
+    lam = torch.rand(6, 1, 1, 1)
+    pseudo = torch.cat([isotropic, lam * x_adv + (1 - lam) * x_adv[torch.randperm(6)]])
+    with torch.no_grad():
+        teacher = old(pseudo)
+    expected = core.distillation_kl(net(pseudo), teacher, temperature=2.0)
+    expected = expected + core.distillation_kl(logits_adv, logits, temperature=1.0)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-6)

@@ -215,3 +215,124 @@ def test_sparse_direction_rounds_the_number_of_coordinates_and_moves_at_least_on
     assert torch.equal(one, torch.tensor([[0, -1.0, 0, 0, 0, 0, 0, 0, 0, 0]]))
     three = core.sparse_l1_direction(grad, 0.26)  # round(2.6) = 3
     assert torch.allclose(three, torch.tensor([[0, -1, 1, 1, 0, 0, 0, 0, 0, 0]]) / 3)
+
+
+# ---------------------------------------------------------------- value tests for the survivors
+# of the mutation lane (README, "Mutation lane"): each pins a value the tests above left open.
+
+
+def test_mmd_hand_computation_holds_off_a_unit_median_bandwidth():
+    """The hand computation above has median 1, where d / (s m), d * s m and d m / s coincide
+    (the scales 0.5 and 2 swap): here the median squared distance is 0.25."""
+    x = torch.tensor([[0.0], [0.5]])
+    y = torch.tensor([[1.0]])
+    # pooled squared distances 0.25, 1, 0.25 -> median 0.25: d / (s 0.25) = 1, 4, 1 as above
+    k = lambda d: sum(np.exp(-d / s) for s in (0.5, 1.0, 2.0))  # noqa: E731
+    expected = (2 * k(0) + 2 * k(1)) / 4 + k(0) - 2 * (k(4) + k(1)) / 2
+    assert core.gaussian_mmd2(x, y).item() == pytest.approx(expected, rel=1e-6)
+    # the bandwidth follows the features' scale: a rescaled pair of samples gives the same MMD
+    assert core.gaussian_mmd2(10 * x, 10 * y).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_drm_default_adds_the_class_mean_gap_of_the_normalised_features():
+    torch.manual_seed(0)
+    z = torch.randn(32, 8)
+    y = torch.arange(32) % 4
+    u, v = (torch.nn.functional.normalize(a, dim=1) for a in (z, z + 0.5))
+    gap = core.class_mean_gap(u, v, y).item()
+    assert gap > 0.05
+    assert core.drm_loss(z, z + 0.5, y).item() == pytest.approx(
+        core.gaussian_mmd2(u, v).item() + gap, rel=1e-6
+    )
+
+
+def supcon_reference(features: np.ndarray, labels: np.ndarray, temperature: float) -> float:
+    """SupCon (Khosla et al. 2020, L_out) with loops: per anchor i with positives P(i),
+    -1/|P(i)| sum_p log(exp(s_ip / T) / sum_{a != i} exp(s_ia / T)), averaged over anchors."""
+    u = features / np.linalg.norm(features, axis=1, keepdims=True)
+    losses = []
+    for i in range(len(u)):
+        positives = [p for p in range(len(u)) if p != i and labels[p] == labels[i]]
+        if not positives:
+            continue
+        denominator = sum(np.exp(u[i] @ u[a] / temperature) for a in range(len(u)) if a != i)
+        terms = [np.log(np.exp(u[i] @ u[p] / temperature) / denominator) for p in positives]
+        losses.append(-np.mean(terms))
+    return float(np.mean(losses))
+
+
+def test_supcon_matches_a_loop_reference_with_unequal_positive_counts():
+    """Anchors with 2, 1 and 0 positives and different normalisers per row (the hand
+    computations above have one positive each and rows with equal normalisers)."""
+    rng = np.random.default_rng(4)
+    features = rng.normal(size=(6, 3))
+    labels = np.array([0, 0, 0, 1, 1, 2])
+    got = core.supervised_contrastive(torch.from_numpy(features), torch.from_numpy(labels), 0.7)
+    assert got.item() == pytest.approx(supcon_reference(features, labels, 0.7), rel=1e-10)
+
+
+def test_buffer_keeps_a_class_that_an_earlier_task_alone_holds():
+    """Class 0 is in the buffer only from task 0, class 1 only from task 1: each keeps
+    per_class // t of its entries, from the task that holds it."""
+    rng = np.random.default_rng(0)
+    old_tasks = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    old_labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    new_labels = np.repeat([0, 1], 10)
+    keep, add = core.merge_buffer(old_tasks, old_labels, new_labels, 4, 2, rng)
+    assert np.bincount(old_labels[keep], minlength=2).tolist() == [2, 2]
+    assert np.bincount(new_labels[add], minlength=2).tolist() == [2, 2]
+    assert len(np.unique(keep)) == len(keep) and len(np.unique(add)) == len(add)
+
+
+def test_buffer_draws_without_replacement_and_returns_integer_indices():
+    """No buffer slot holds the same item twice (the draws are without replacement); the
+    indices are int64 even when empty (they index tensors)."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 6)  # the new task has exactly per_class items per class
+    tasks = np.zeros(0, np.int64)
+    stored = np.zeros(0, np.int64)
+    for t in range(1, 4):
+        keep, add = core.merge_buffer(tasks, stored, labels, 6, t, rng)
+        assert len(np.unique(keep)) == len(keep) and len(np.unique(add)) == len(add)
+        assert keep.dtype == np.int64 and add.dtype == np.int64
+        stored = np.concatenate([stored[keep], labels[add]])
+        tasks = np.concatenate([tasks[keep], np.full(len(add), t - 1)])
+    keep, add = core.merge_buffer(tasks, stored, np.zeros(0, np.int64), 6, 4, rng)
+    assert (keep.dtype, add.dtype, len(keep), len(add)) == (np.int64, np.int64, 0, 0)
+
+
+def test_per_item_metrics_match_a_hand_computation_per_item():
+    """Two items, three tasks: every per-item value by hand (the test above checks means only)."""
+    item0 = [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
+    item1 = [[1, 1, 0], [0, 1, 1], [0, 0, 1]]
+    correct = np.stack([item0, item1], axis=-1)  # [T, T, N] = [3, 3, 2]
+    # R = [[1, .5, 0], [.5, 1, .5], [0, .5, 1]]: i*_0 = 0, i*_1 = 1
+    items = core.per_item_metrics(correct)
+    np.testing.assert_allclose(items["aa"], [2 / 3, 1 / 3])  # mean of the last row per item
+    np.testing.assert_allclose(items["forgetting"], [(1 + 0) / 2, (1 + 1) / 2])
+    np.testing.assert_allclose(items["bwt"], [(-1 + 0) / 2, (-1 - 1) / 2])
+    for key in ("aa", "forgetting", "bwt"):
+        assert items[key].dtype == np.float64 and items[key].shape == (2,)
+
+
+def test_l1_projection_keeps_the_radius_exactly_in_float64_and_the_input_dtype():
+    """A radius that float32 cannot hold (0.1) is used at the input's precision; a float64
+    radius per row leaves a float32 input float32."""
+    rng = np.random.default_rng(2)
+    v = rng.normal(size=(20, 16))
+    got = core.project_l1_ball(torch.from_numpy(v), 0.1).numpy()
+    np.testing.assert_allclose(np.abs(got).sum(1), 0.1, rtol=0, atol=1e-14)
+    want = np.stack([reference_l1_projection(row, 0.1) for row in v])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    v32 = torch.from_numpy(v).float()
+    assert core.project_l1_ball(v32, torch.full((20,), 0.1, dtype=torch.float64)).dtype == (
+        torch.float32
+    )
+
+
+def test_l1_projection_returns_rows_on_the_sphere_bit_for_bit():
+    """A row whose L1 norm equals the radius is inside: returned as it is, not re-projected
+    (the sorted cumulative sum may differ from the sum in the last bit)."""
+    torch.manual_seed(0)
+    v = torch.randn(200, 64)
+    assert torch.equal(core.project_l1_ball(v, v.abs().sum(1)), v)

@@ -6,6 +6,7 @@ import torch
 
 from seqrejectron.core import (
     INF,
+    make_policy,
     all_tables,
     calibrate_threshold,
     check_epsilon,
@@ -19,6 +20,7 @@ from seqrejectron.core import (
     prefix_weights,
     relaxed_loss,
     stop_times,
+    table_agreement_masks,
     validator_score,
 )
 from seqrejectron.search import SearchResult, neural_search
@@ -283,3 +285,116 @@ def test_validator_score_without_train_trajectories_counts_no_train_disagreement
 def test_prefix_weights_of_only_empty_prefixes_are_empty():
     for per_trajectory in (True, False):
         assert prefix_weights([0, 0], per_trajectory=per_trajectory).shape == (0,)
+
+
+def test_pair_and_agreement_masks_by_hand():
+    # bit z * n_actions + a; two actions: (0, 1) -> bit 1, (1, 0) -> bit 2
+    zs = [np.array([0, 1, 1]), np.array([], dtype=np.int64), np.array([])]
+    actions = [np.array([1, 0, 0]), np.array([], dtype=np.int64), np.array([])]
+    assert pair_masks(zs, actions, 2).tolist() == [2 | 4, 0, 0]  # an empty trajectory holds no pair
+    assert pair_masks([], [], 2).dtype == np.int64  # no trajectories: still bit-operable
+    with pytest.raises(ValueError):
+        pair_masks(zs, actions[:2], 2)  # one action sequence per trajectory
+    # table (0, 1) agrees with (z=0, a=0) and (z=1, a=1): bits 0 and 3; table (1, 0): bits 1, 2
+    assert table_agreement_masks(np.array([[0, 1], [1, 0]]), 2).tolist() == [1 | 8, 2 | 4]
+    assert all_tables(2, 2).tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    none = all_tables(0, 3)  # no abstract states: the one empty table, still integer
+    assert none.shape == (1, 0) and none.dtype == np.int64
+
+
+def test_stop_times_and_prefix_cut_of_no_trajectories_and_mismatched_lengths():
+    empty = stop_times([])
+    assert empty.shape == (0,) and empty.dtype == np.int64
+    with pytest.raises(ValueError):
+        prefix_cut([np.array([True]), np.array([False])], np.array([INF]))
+
+
+def hand_problem():
+    """Two abstract states, two actions; tables (0,0) (0,1) (1,0) (1,1) are indices 0-3. The
+    expert is (0, 1), pi-hat is (0, 0) (wrong on z = 1), training visits only z = 0."""
+    test_z = [np.array([0, 1, 1]), np.array([0, 0]), np.array([1, 0])]
+    test_pihat = [np.zeros(3, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64)]
+    return all_tables(2, 2), test_z, test_pihat, [np.array([0, 0])], [np.array([0, 0])]
+
+
+def test_exact_search_rounds_by_hand():
+    tables, test_z, test_pihat, train_z, train_a = hand_problem()
+    # Round 1, prefixes whole: (0,0) = pi-hat cuts nothing; (0,1) cuts trajectories 0 and 2
+    # (pair z=1, a=0) with no train disagreement; (1,x) cut all three but disagree with the one
+    # train trajectory (z=0, a=0): S = 1 - 2 * 1. The expert (0, 1) wins with S = 2/3, and its
+    # first disagreements give tau = (1, INF, 0). Round 2: prefixes [z=0], [0, 0], []: only
+    # (1,x) cut (2/3 - 2 < 0), so the best S is 0 (table 0) <= eps and the loop stops.
+    chosen, rounds = exact_search(tables, 2, test_z, test_pihat, train_z, train_a, 0.3, lam=2.0)
+    assert chosen == [1]
+    assert rounds[0] == {
+        "score": pytest.approx(2 / 3),
+        "cut": pytest.approx(2 / 3),
+        "train": 0.0,
+        "size": 1,
+    }
+    assert rounds[1] == {"score": 0.0, "cut": 0.0, "train": 0.0}  # the rejecting round: no size
+    # with lam = 0 the train disagreement is still reported: (1, 0) disagrees on the one train
+    # trajectory, and it is first among the tables that cut every whole prefix
+    chosen, rounds = exact_search(tables, 2, test_z, test_pihat, train_z, train_a, 0.3, lam=0.0)
+    assert chosen[0] == 2 and rounds[0]["cut"] == 1.0 and rounds[0]["train"] == 1.0
+
+
+def test_exact_search_accepts_only_scores_above_epsilon():
+    tables = all_tables(2, 2)
+    test_z, test_pihat = [np.array([1]), np.array([0])], [np.array([0]), np.array([0])]
+    train_z, train_a = [np.array([0])], [np.array([0])]
+    # the best table, (0, 1), cuts one of the two test trajectories: S = 1/2 = eps exactly
+    chosen, rounds = exact_search(tables, 2, test_z, test_pihat, train_z, train_a, 0.5, lam=1.0)
+    assert chosen == [] and rounds == [{"score": 0.5, "cut": 0.5, "train": 0.0}]
+    chosen, _ = exact_search(tables, 2, test_z, test_pihat, train_z, train_a, 0.49, lam=1.0)
+    assert chosen == [1]
+
+
+def test_exact_search_round_cap_binds_when_tables_recut_one_prefix():
+    # One test trajectory z = (0, 1, 2), pi-hat actions (0, 0, 1); lam = 0, so the first table
+    # (in product order) that disagrees inside the current prefix wins every round: (0,0,0) cuts
+    # at t = 2, then (0,1,0) at t = 1, then (1,0,0) at t = 0, each with S = 1 > eps. Each
+    # re-cuts the same prefix, so only the cap ceil(1 / eps) = 2 stops the loop.
+    tables = all_tables(3, 2)
+    args = ([np.array([0, 1, 2])], [np.array([0, 0, 1])], [np.array([0])], [np.array([0])])
+    chosen, rounds = exact_search(tables, 2, *args, epsilon=0.5, lam=0.0)
+    assert chosen == [0, 2] and len(rounds) == 2 and rounds[-1]["size"] == 2
+    chosen, _ = exact_search(tables, 2, *args, epsilon=0.5, lam=0.0, max_rounds=5)
+    assert chosen == [0, 2, 4]  # without the cap: a third table, then an empty prefix
+
+
+def test_exact_search_refuses_test_trajectories_without_pihat_actions():
+    # the loop stops in round 1 (table (1,x) disagrees on train, (0,x) cut nothing), so only the
+    # first length check can see the missing pi-hat sequence
+    tables = all_tables(2, 2)
+    with pytest.raises(ValueError):
+        exact_search(
+            tables,
+            2,
+            [np.array([0]), np.array([0])],
+            [np.array([0])],
+            [np.array([0])],
+            [np.array([0])],
+            0.5,
+            lam=2.0,
+        )
+
+
+def test_make_policy_is_a_two_hidden_layer_relu_mlp():
+    torch.manual_seed(0)
+    policy = make_policy(3, 5, 2)
+    layers = list(policy)
+    assert [type(m) for m in layers] == [
+        torch.nn.Linear,
+        torch.nn.ReLU,
+        torch.nn.Linear,
+        torch.nn.ReLU,
+        torch.nn.Linear,
+    ]
+    sizes = [(m.in_features, m.out_features) for m in layers if isinstance(m, torch.nn.Linear)]
+    assert sizes == [(3, 5), (5, 5), (5, 2)] and all(m.bias is not None for m in layers[::2])
+    x = torch.tensor([[1.0, -2.0, 0.5]])
+    with torch.no_grad():
+        w1, w2, w3 = layers[0], layers[2], layers[4]
+        by_hand = w3(torch.relu(w2(torch.relu(w1(x)))))
+        assert torch.equal(policy(x), by_hand) and policy(x).shape == (1, 2)
