@@ -600,3 +600,10 @@ def test_sentence_errors_of_no_sentences_are_an_empty_integer_table():
 
 def test_lexicon_snaps_every_part_that_is_not_punctuation():
     assert Lexicon(["hello", "world"])("X>wordl") == "hello>world"
+
+
+def test_ctc_loss_rejects_an_unknown_implementation():
+    log_probs = torch.zeros(1, 4, 3).log_softmax(-1)
+    targets, lengths = torch.tensor([[1]]), torch.tensor([4])
+    with pytest.raises(ValueError, match="impl must be 'torch' or 'pure'"):
+        core.ctc_loss(log_probs, targets, lengths, torch.tensor([1]), impl="PURE")

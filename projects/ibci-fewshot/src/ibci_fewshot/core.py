@@ -126,6 +126,8 @@ def ctc_loss(
 ) -> torch.Tensor:
     """Eq. 1's CTC term: mean over the batch of the per-sequence loss divided by its label length
     (F.ctc_loss's reduction='mean'). ``impl='pure'`` supports second order."""
+    if impl not in ("torch", "pure"):
+        raise ValueError(f"ctc_loss: impl must be 'torch' or 'pure', got {impl!r}")
     time_major = log_probs.transpose(0, 1)  # [T, B, K]
     if impl == "torch":
         return F.ctc_loss(
