@@ -277,3 +277,17 @@ def test_sparse_l1_pgd_with_a_random_start_matches_a_plain_reference():
     x_adv = make_attack("l1", budget)(net, x, y, seed=11)
     want = sparse_l1_pgd_reference(v, x, 0.6, 3, 0.5, 0.5, seed=11)
     torch.testing.assert_close(x_adv, want, rtol=0, atol=1e-12)
+
+
+def test_sparse_l1_random_start_has_the_drawn_l1_length_even_for_short_noise():
+    """One coordinate per item and a flat model (zero gradient, so the start is the result): the
+    start is noise / ||noise||_1 * eps * U(0, 1), of L1 length exactly the uniform draw, also
+    where |noise| < 1 (the normalising guard must not bind there)."""
+    net = two_class_linear(torch.zeros(1))
+    x, y = torch.full((64, 1, 1, 1), 0.5), torch.zeros(64, dtype=torch.long)
+    x_adv = make_attack("l1", Budget(eps=0.4, steps=1, sparsity=1.0))(net, x, y, seed=3)
+    torch.manual_seed(3)
+    noise = torch.randn(64, 1)
+    length = 0.4 * torch.rand(64, 1)
+    assert (noise.abs() < 1).sum() > 10  # the case this test is about occurs
+    torch.testing.assert_close((x_adv - x).flatten(1), noise.sign() * length)

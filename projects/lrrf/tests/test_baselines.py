@@ -25,12 +25,12 @@ def test_distillation_kl_matches_a_hand_computation_at_two_temperatures():
         kl([0.9, 0.1], [0.5, 0.5]), rel=1e-5
     )
     # batch mean, not sum: two copies of the same pair give the same value
-    assert core.distillation_kl(student.repeat(2, 1), teacher.repeat(2, 1)).item() == (
+    assert core.distillation_kl(student.repeat(2, 1), teacher.repeat(2, 1), 2.0).item() == (
         pytest.approx(4 * kl([0.75, 0.25], [0.5, 0.5]), rel=1e-5)
     )
     # the teacher is a target: no gradient flows into it
     teacher.requires_grad_(True)
-    core.distillation_kl(student.requires_grad_(True), teacher).backward()
+    core.distillation_kl(student.requires_grad_(True), teacher, 2.0).backward()
     assert teacher.grad is None and student.grad.abs().sum() > 0
 
 

@@ -159,8 +159,8 @@ def test_ewc_penalty_and_distillation_values():
                                {"w": torch.tensor([2.0, 1.0])})  # fmt: skip
     assert penalty.item() == pytest.approx(0.5 * (2 * 1 + 1 * 4))
     logits = torch.randn(4, 3)
-    assert core.distillation_kl(logits, logits).item() == pytest.approx(0.0, abs=1e-6)
-    assert core.distillation_kl(logits, -logits).item() > 0
+    assert core.distillation_kl(logits, logits, 2.0).item() == pytest.approx(0.0, abs=1e-6)
+    assert core.distillation_kl(logits, -logits, 2.0).item() > 0
 
 
 def test_ctir_matches_a_hand_computation_with_its_gram_term():

@@ -82,6 +82,6 @@ def air_loss(
     pseudo = torch.cat([isotropic, anisotropic])
     with torch.no_grad():
         teacher = old_model(pseudo)
-    replay = distillation_kl(net(pseudo), teacher)
+    replay = distillation_kl(net(pseudo), teacher, temperature=2.0)
     alignment = distillation_kl(logits_adv, logits.detach(), temperature=1.0)
     return replay + alignment

@@ -19,7 +19,7 @@ was not available), labelled [R1]..[R6] and switchable from the configs:
      z~ = g(x~) feature *distributions*, on L2-normalised features n(z):
         L_DRM = MMD^2_k({n(z)}, {n(z~)}) + 1/C sum_c ||mu_c(n(z)) - mu_c(n(z~))||^2
      with a sum of Gaussian kernels at bandwidths (median heuristic) x {0.5, 1, 2}.
-[R2] DRM's "dynamic" weight: lam1_t = lam1 * clamp(acc_clean - acc_adv, 0, 1) on the batch
+[R2] DRM's "dynamic" weight: lam1_t = lam1 * max(acc_clean - acc_adv, 0) on the batch
      (the larger the clean/robust gap, the harder the alignment); ``constant`` turns it off.
 [R3] CTIR (Cross-Task Invariant Representation) against an accumulated network g_bar:
         L_CTIR = mean_i ||n(g(u_i)) - n(g_bar(u_i))||^2
@@ -88,11 +88,12 @@ def drm_loss(
 def drm_weight(
     lam: float, clean_correct: torch.Tensor, adv_correct: torch.Tensor, dynamic: bool
 ) -> float:
-    """[R2] lam1_t = lam1 * clamp(acc_clean - acc_adv, 0, 1) on the batch, or lam1 if static."""
+    """[R2] lam1_t = lam1 * max(acc_clean - acc_adv, 0) on the batch, or lam1 if static (a gap
+    of two accuracies is at most 1, so no upper clamp is needed)."""
     if not dynamic:
         return float(lam)
     gap = clean_correct.float().mean() - adv_correct.float().mean()
-    return float(lam * gap.clamp(0.0, 1.0))
+    return float(lam * gap.clamp(min=0.0))
 
 
 # ----------------------------------------------------------------------------- [R3] CTIR
@@ -198,7 +199,7 @@ def merge_buffer(
 
 # ----------------------------------------------------------------------- baselines' terms
 def distillation_kl(
-    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 2.0
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float
 ) -> torch.Tensor:
     """T^2 KL(softmax(teacher / T) || softmax(student / T)), batch mean (LwF, AIR)."""
     t = temperature
