@@ -193,3 +193,19 @@ def test_domain_classifier_separates_train_from_test_states():
     assert np.array_equal(
         again.score(torch.tensor([[1.5, 1.5]])), rule.score(torch.tensor([[1.5, 1.5]]))
     )
+
+
+def test_domain_classifier_is_nonlinear_test_states_on_both_sides_of_train():
+    """Test states at -3 and +3 around train states at 0 (one feature): no linear logit ranks
+    both test clusters above the train cluster; the MLP's (a ReLU layer) does."""
+    rng = np.random.default_rng(1)
+
+    def states(center, n):
+        return (center + 0.2 * rng.standard_normal((n, 1))).astype(np.float32)
+
+    train = [traj([0] * 8, [0] * 8, feats=states(0.0, 8)) for _ in range(4)]
+    test = [traj([0] * 8, [0] * 8, feats=states(c, 8)) for c in (-3.0, 3.0, -3.0, 3.0)]
+    rule = DomainClassifierRule(train, test, hidden=16, steps=300, lr=0.05, seed=0)
+    low, middle, high = rule.score(torch.tensor([[-3.0], [0.0], [3.0]]))
+    assert low > middle + 1 and high > middle + 1
+

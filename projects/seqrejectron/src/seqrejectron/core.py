@@ -172,8 +172,9 @@ def exact_search(
 
 
 def hellinger_sq_categorical(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Eq. 3: 1 - sum_a sqrt(p_a q_a) over the last axis. [..., A] x [..., A] -> [...]."""
-    return (1 - torch.sqrt(p * q).sum(-1)).clamp(0, 1)
+    """Eq. 3: 1 - sum_a sqrt(p_a q_a) over the last axis. [..., A] x [..., A] -> [...].
+    At most 1 by construction; the clamp at 0 absorbs rounding when p = q."""
+    return (1 - torch.sqrt(p * q).sum(-1)).clamp(min=0)
 
 
 def hellinger_sq_gaussian(
@@ -182,7 +183,7 @@ def hellinger_sq_gaussian(
     """Eq. 4 for diagonal Gaussians: 1 - prod_d BC_d over the last axis. [..., D] -> [...]."""
     var = std1.pow(2) + std2.pow(2)
     log_bc = 0.5 * torch.log(2 * std1 * std2 / var) - (mean1 - mean2).pow(2) / (4 * var)
-    return (1 - torch.exp(log_bc.sum(-1))).clamp(0, 1)
+    return (1 - torch.exp(log_bc.sum(-1))).clamp(min=0)  # at most 1: exp > 0
 
 
 def cumulative_stop_time(divergences: np.ndarray, eta: float) -> int:
