@@ -55,9 +55,7 @@ class EnsembleRule(ScoreRule):
         self.pihat = pihat
         n_actions = [m for m in pihat.modules() if isinstance(m, nn.Linear)][-1].out_features
         self.members = [
-            fit_bc(
-                train, hidden, steps, lr, seed * 100 + k + 1, n_actions, True, weight_decay
-            )
+            fit_bc(train, hidden, steps, lr, seed * 100 + k + 1, n_actions, True, weight_decay)
             for k in range(members)
         ]
 

@@ -284,9 +284,7 @@ def pointmaze_summary(world: World) -> dict[str, float]:
         "expert_test_cost": float(np.mean([t.cost for t in world.test])),
         "bc_train_cost": float(np.mean([t.cost for t in world.eval_p])),
         "bc_test_cost": float(np.mean([t.cost for t in world.eval_q])),
-        "bc_test_hazard": float(
-            np.mean([t.cost == 1 and len(t) < HORIZON for t in world.eval_q])
-        ),
+        "bc_test_hazard": float(np.mean([t.cost == 1 and len(t) < HORIZON for t in world.eval_q])),
         "oracle_train_stop": float(np.mean([np.any(t.actions != t.expert) for t in world.eval_p])),
         "test_state_coverage": float(np.mean([s in seen for s in test_states])),
     }
