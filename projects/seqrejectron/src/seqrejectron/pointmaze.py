@@ -3,8 +3,9 @@ expert with Gaussian noise, and test dynamics from MuJoCo model edits (JSON-styl
 minari_format.apply_shift): a constant push towards the hazards (the planar part of
 ``opt.gravity``) and weaker actuators (``actuator gear`` scaled).
 
-Reconstructed details [R] (all chosen in pilots on seeds 0, 1 (design) and 10, 11 (thresholds);
-see the README's environment (B) section for what failed before):
+Reconstructed details [R] (chosen in pilots: the design on seeds 0, 1 at 20 demos, then 10, 11,
+12; the claim's (B) thresholds on 10, 11; results/pilot_b and the README's environment (B)
+section have the numbers and what failed before):
 - The maze (5 x 7 cells, MAZE below): the start is a random free cell of the left column, the goal
   the top-right cell; the middle row's three inner cells are hazards (cost 1 and the episode ends
   when the point enters one; so is running out of time). Every BFS path runs along the goal row,
