@@ -171,7 +171,8 @@ def test_ensemble_members_are_seeded_bootstrap_behaviour_clones():
         assert not member.training
     unboot = fit_bc(train, 4, 3, 0.1, seed=701)
     assert not all(
-        torch.equal(p, q) for p, q in zip(rule.members[0].parameters(), unboot.parameters())
+        torch.equal(p, q)
+        for p, q in zip(rule.members[0].parameters(), unboot.parameters(), strict=True)
     )
 
 

@@ -6,10 +6,21 @@ from seqrejectron.claim import run_claim_experiment
 
 @pytest.mark.slow
 def test_the_claim_run_judges_method_and_controls(tmp_path):
+    """The verdict follows from the judged parts. (Until environment (B) was added the controls
+    also had to behave here; with (B) as built its precondition fails and the oracle stop fails
+    b_sound_vs_bc on seeds 0-2, so the record says `not shown`: see README, Results.)"""
     outcome = run_claim_experiment(["--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert len(record["seeds"]) >= 3 and not record["quick"]
-    assert all(control["behaved"] for control in record["controls"]), record["verdict_reason"]
+    unmet = [p["name"] for p in record["preconditions"] if not p["passed"]]
+    misbehaved = [c["name"] for c in record["controls"] if not c["behaved"]]
     method_passed = all(o["passed"] for o in record["outcomes"][record["method"]].values())
-    assert record["verdict"] == ("held" if method_passed else "did not hold")
+    judged = "held" if method_passed else "did not hold"
+    expected = "not shown" if unmet or misbehaved else judged
+    assert record["verdict"] == expected, record["verdict_reason"]
     assert outcome["verdict"] == record["verdict"]
+    # environment (A) on its own: the controls behave on (A)'s checks
+    a_checks = [c["name"] for c in record["checks"] if not c["name"].startswith("b_")]
+    for control in record["controls"]:
+        passed = all(record["outcomes"][control["name"]][name]["passed"] for name in a_checks)
+        assert passed == (control["role"] == "positive"), control["name"]

@@ -105,6 +105,13 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     metrics = record["metrics"]
     assert metrics["bc"]["train_stop"]["mean"] == 0  # BC never stops
     assert metrics["oracle_stop"]["test_cost"]["mean"] == 0  # the oracle stops before any cost
+    # environment (B) runs in the same record: BC never stops there, the oracle pays nothing,
+    # the exact search (tables over (A)'s states) is not run on (B)
+    assert metrics["bc"]["b_train_stop"]["mean"] == 0
+    assert metrics["oracle_stop"]["b_test_cost"]["mean"] == 0
+    assert metrics["seqrejectron_exact"]["b_test_cost"]["mean"] is None
+    assert "b_shift_matters" in {p["name"] for p in record["preconditions"]}
+    assert "b_near_oracle" in record["outcomes"]["seqrejectron"]
     assert (tmp_path / "claim.md").is_file()
 
 

@@ -6,7 +6,6 @@ import torch
 
 from seqrejectron.core import (
     INF,
-    make_policy,
     all_tables,
     calibrate_threshold,
     check_epsilon,
@@ -15,6 +14,7 @@ from seqrejectron.core import (
     exact_search,
     hellinger_sq_categorical,
     hellinger_sq_gaussian,
+    make_policy,
     pair_masks,
     prefix_cut,
     prefix_weights,

@@ -5,13 +5,6 @@ import pytest
 
 from seqrejectron.envs import EXPERT_TABLE
 from seqrejectron.experiment import WorldConfig, build_world
-from seqrejectron.pointmaze import (
-    ACTIONS,
-    HAZARDS,
-    HORIZON,
-    NOISE,
-    PointMaze,
-)
 from seqrejectron.sweeps import OTHER_EXPERT_TABLE, PROJECT, main, variant_world
 
 TINY = WorldConfig(
@@ -46,31 +39,6 @@ def test_the_horizon_part_reads_the_claim_record(tmp_path):
     )
     assert row["test_cost"] == record["metrics"]["bc"]["test_cost_H160"]["per_seed"][1]
     assert (tmp_path / "horizon.png").stat().st_size > 1000
-
-
-def test_pointmaze_expert_reaches_the_goal_and_hazards_cost(tmp_path):
-    train, test = PointMaze(shifted=False), PointMaze(shifted=True)
-    assert test.env.point_env.model.actuator_gear[0, 0] == pytest.approx(
-        0.6 * train.env.point_env.model.actuator_gear[0, 0]
-    )
-    assert test.env.point_env.model.opt.gravity[1] == pytest.approx(-6.0)
-    for env in (train, test):
-        runs = [env.rollout(None, s, NOISE) for s in range(6)]
-        assert all(r.cost == 0 and len(r) < HORIZON for r in runs)
-    # the same seeded episode and actions move differently under the shift
-    push = ACTIONS.tolist().index([1.0, 0.0])
-    a = train.rollout(lambda f, o: push, 3)
-    b = test.rollout(lambda f, o: push, 3)
-    assert not np.allclose(a.feats[5], b.feats[5])
-    # steering into a hazard cell ends the episode with cost 1
-    hazard = np.asarray(train.maze.cell_rowcol_to_xy(np.array(sorted(HAZARDS)[1])))
-
-    def to_hazard(feats, obs):
-        force = 2.0 * (hazard - obs["observation"][:2]) - 0.6 * obs["observation"][2:]
-        return PointMaze.discretise(force)
-
-    hit = train.rollout(to_hazard, 0)
-    assert hit.cost == 1 and len(hit) < HORIZON
 
 
 @pytest.mark.slow

@@ -38,12 +38,24 @@ class ScoreRule:
 
 
 class EnsembleRule(ScoreRule):
-    """Fraction of bootstrap BC members whose action differs from pi-hat's."""
+    """Fraction of bootstrap BC members whose action differs from pi-hat's (members have
+    pi-hat's action count: 3 in (A), 9 in (B))."""
 
-    def __init__(self, pihat, train, members: int, hidden: int, steps: int, lr: float, seed: int):
+    def __init__(
+        self,
+        pihat,
+        train,
+        members: int,
+        hidden: int,
+        steps: int,
+        lr: float,
+        seed: int,
+        weight_decay: float = 0.0,
+    ):
         self.pihat = pihat
+        n_actions = [m for m in pihat.modules() if isinstance(m, nn.Linear)][-1].out_features
         self.members = [
-            fit_bc(train, hidden, steps, lr, seed=seed * 100 + k + 1, bootstrap=True)
+            fit_bc(train, hidden, steps, lr, seed * 100 + k + 1, n_actions, True, weight_decay)
             for k in range(members)
         ]
 

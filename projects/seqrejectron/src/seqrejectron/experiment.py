@@ -41,6 +41,7 @@ class WorldConfig:
     hidden: int = 64
     bc_steps: int = 300
     bc_lr: float = 0.01
+    bc_weight_decay: float = 0.0
 
 
 @dataclass(eq=False)
@@ -184,6 +185,7 @@ def fit_method(
             cfg.bc_steps,
             cfg.bc_lr,
             seed,
+            cfg.bc_weight_decay,
         )
     elif name == "novelty":
         rule = NoveltyRule(world.train, params.get("k", 1))

@@ -41,8 +41,10 @@ def fit_bc(
     seed: int,
     n_actions: int = 3,
     bootstrap: bool = False,
+    weight_decay: float = 0.0,
 ) -> nn.Module:
-    """pi-hat: full-batch cross-entropy (log-loss) behaviour cloning on the expert's actions."""
+    """pi-hat: full-batch cross-entropy (log-loss) behaviour cloning on the expert's actions
+    (``weight_decay``: Adam's L2 penalty; 0 in (A), see pointmaze.py for (B))."""
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     if bootstrap:
@@ -50,7 +52,7 @@ def fit_bc(
         trajs = [trajs[i] for i in picks]
     x, y = stack(trajs), stack(trajs, "expert")
     policy = make_policy(x.shape[1], hidden, n_actions)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=lr, weight_decay=weight_decay)
     for _ in range(steps):
         optimizer.zero_grad()
         nn.functional.cross_entropy(policy(x), y).backward()

@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         elif part == "pointmaze":
             from seqrejectron.pointmaze import run_pointmaze
 
-            data = run_pointmaze(args.seeds, quick=args.quick)
+            data = run_pointmaze(args.seeds, quick=args.quick, params=best)
         else:
             data = {"thresholds": thresholds, "demos": demos, "extensions": extensions}[part](
                 args.seeds, settings, best, args.quick
