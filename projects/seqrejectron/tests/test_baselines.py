@@ -209,4 +209,3 @@ def test_domain_classifier_is_nonlinear_test_states_on_both_sides_of_train():
     rule = DomainClassifierRule(train, test, hidden=16, steps=300, lr=0.05, seed=0)
     low, middle, high = rule.score(torch.tensor([[-3.0], [0.0], [3.0]]))
     assert low > middle + 1 and high > middle + 1
-
