@@ -15,9 +15,11 @@ from seqrejectron.pointmaze import (
     GOAL_CELL,
     HAZARDS,
     HORIZON,
+    MARGIN,
     MAZE,
     NOISE,
     ROWS,
+    START_CELLS,
     WIND,
     PointMaze,
     bin_centre,
@@ -49,8 +51,8 @@ def test_the_wind_pushes_towards_minus_y_and_the_gear_weakens_the_push(mazes):
     right = ACTIONS.tolist().index([1.0, 0.0])
 
     def positions(env, action):
-        traj = env.rollout(lambda f, o: action, 1)  # starts in cell (2, 1)
-        return np.array([bin_centre(*divmod(int(f.argmax()), COLS)) for f in traj.feats])
+        traj = env.rollout(lambda f, o: action, 1)
+        return traj.feats  # the bin centres
 
     p_still, q_still = positions(train, still), positions(test, still)
     assert p_still[0, 1] == q_still[0, 1]  # same seeded start
@@ -80,17 +82,25 @@ def test_bins_round_trip_and_contain_their_positions():
     for pos in rng.uniform(-half + 1e-6, half - 1e-6, size=(200, 2)):
         assert np.all(np.abs(bin_centre(*bin_of(pos)) - pos) <= 0.5 / BINS + 1e-9)
     assert bin_of([-3.5 + 1e-9, 2.5 - 1e-9]) == (0, 0)  # top-left corner: row 0, column 0
-    one_hot = features_of((2, 5))
-    assert one_hot.sum() == 1 and one_hot[2 * COLS + 5] == 1
+    np.testing.assert_allclose(features_of((2, 5)), bin_centre(2, 5))  # features: (x, y) in m
 
 
 def test_the_expert_force_from_a_bin_points_along_the_safe_path():
-    # in the start cell (2, 1), below the goal row: up towards (1, 1), not right into a hazard
-    centre = ((2 * BINS + BINS // 2), (1 * BINS + BINS // 2))
-    assert tuple(ACTIONS[discretise(expert_force_at(centre))]) == (0.0, 1.0)
-    # in the lowest bin of the goal row above a hazard: right and up (away from the hazard)
-    low = (1 * BINS + BINS - 1, 3 * BINS + BINS // 2)
-    assert tuple(ACTIONS[discretise(expert_force_at(low))]) == (1.0, 1.0)
+    def act(row, col, fine_row=BINS // 2, fine_col=BINS // 2):
+        return tuple(
+            ACTIONS[discretise(expert_force_at((row * BINS + fine_row, col * BINS + fine_col)))]
+        )
+
+    assert START_CELLS == [(1, 1), (3, 1)] and GOAL_CELL == (2, 5)
+    assert act(1, 1) == (1.0, 0.0) and act(3, 1) == (1.0, 0.0)  # both starts: right, two routes
+    assert act(1, 5) == (0.0, -1.0) and act(3, 5) == (0.0, 1.0)  # then into the goal cell
+    # drift across the lane: corrected only beyond MARGIN and only towards a hazard
+    low = BINS - 1  # the lowest bin of a cell
+    assert (low + 0.5) / BINS - 0.5 > MARGIN
+    assert act(1, 3, low) == (1.0, 1.0)  # top route above a hazard: right and up
+    assert act(1, 1, low) == (1.0, 1.0)  # ... and where the next cell has a hazard below
+    assert act(3, 3, low) == (1.0, 0.0)  # bottom route against the wall: no correction
+    assert act(1, 3, BINS // 2 + 1) == (1.0, 0.0)  # within MARGIN: no correction either
 
 
 @pytest.mark.parametrize("shifted", [False, True])
