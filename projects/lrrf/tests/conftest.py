@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -28,3 +29,20 @@ def tiny_args(tmp_path):
         "--data.n_test=64",
         "--data.batch_size=16",
     ]
+
+
+def _sort_based_l1_projection(v: np.ndarray, radius: float) -> np.ndarray:
+    """Duchi et al.'s algorithm, one vector, written plainly."""
+    if np.abs(v).sum() <= radius:
+        return v.copy()
+    mu = np.sort(np.abs(v))[::-1]
+    cumulative = np.cumsum(mu)
+    rho = max(j for j in range(len(mu)) if mu[j] - (cumulative[j] - radius) / (j + 1) > 0)
+    theta = (cumulative[rho] - radius) / (rho + 1)
+    return np.sign(v) * np.maximum(np.abs(v) - theta, 0)
+
+
+@pytest.fixture
+def reference_l1_projection():
+    """The plain reference the L1 projection and the sparse L1 PGD are checked against."""
+    return _sort_based_l1_projection

@@ -228,21 +228,10 @@ def test_sparse_l1_step_skips_coordinates_at_the_box_and_clips_the_step():
     torch.testing.assert_close(x_adv.flatten(), torch.tensor([1.0, 0.25, 1.0, 0.0, 0.75, 0.5]))
 
 
-def reference_l1_projection(v: np.ndarray, radius: float) -> np.ndarray:
-    """Duchi et al.'s sort-based algorithm, one vector, written plainly (as in test_core)."""
-    if np.abs(v).sum() <= radius:
-        return v.copy()
-    mu = np.sort(np.abs(v))[::-1]
-    cumulative = np.cumsum(mu)
-    rho = max(j for j in range(len(mu)) if mu[j] - (cumulative[j] - radius) / (j + 1) > 0)
-    theta = (cumulative[rho] - radius) / (rho + 1)
-    return np.sign(v) * np.maximum(np.abs(v) - theta, 0)
-
-
-def sparse_l1_pgd_reference(v, x, eps, steps, step_fraction, sparsity, seed):
+def sparse_l1_pgd_reference(v, x, eps, steps, step_fraction, sparsity, seed, project):
     """The sparse L1 PGD against two_class_linear(v) with label 0, written plainly per item:
     the input gradient is sigmoid(v . x') v; the start is noise / ||noise||_1 * eps * U(0, 1)
-    per item, clipped to the box; the L1 projection is test_core's sort-based reference."""
+    per item, clipped to the box; ``project`` is the sort-based L1 projection (conftest)."""
     torch.manual_seed(seed)
     flat = x.flatten(1)
     noise = torch.randn_like(flat).numpy()
@@ -259,15 +248,15 @@ def sparse_l1_pgd_reference(v, x, eps, steps, step_fraction, sparsity, seed):
             top = np.argsort(-np.abs(grad), kind="stable")[:k]
             direction = np.zeros_like(grad)
             direction[top] = np.sign(grad[top]) / k
-            delta = reference_l1_projection(delta + step_fraction * eps * direction, eps)
+            delta = project(delta + step_fraction * eps * direction, eps)
             delta = np.clip(xi + delta, 0, 1) - xi
         out.append(xi + delta)
     return torch.from_numpy(np.stack(out)).view_as(x)
 
 
-def test_sparse_l1_pgd_with_a_random_start_matches_a_plain_reference():
+def test_sparse_l1_pgd_with_a_random_start_matches_a_plain_reference(reference_l1_projection):
     """float64 throughout (the start's draws follow the input's dtype), four coordinates per
-    item (so some noise vectors have an L1 norm below 1), inputs near both ends of the box."""
+    item, inputs near both ends of the box (noise of L1 norm below 1: the next test)."""
     torch.manual_seed(0)
     v = torch.tensor([0.8, -0.5, 0.3, -0.05], dtype=torch.float64)
     net = two_class_linear(v).double()
@@ -275,7 +264,7 @@ def test_sparse_l1_pgd_with_a_random_start_matches_a_plain_reference():
     y = torch.zeros(16, dtype=torch.long)
     budget = Budget(eps=0.6, steps=3, step_fraction=0.5, sparsity=0.5)
     x_adv = make_attack("l1", budget)(net, x, y, seed=11)
-    want = sparse_l1_pgd_reference(v, x, 0.6, 3, 0.5, 0.5, seed=11)
+    want = sparse_l1_pgd_reference(v, x, 0.6, 3, 0.5, 0.5, 11, reference_l1_projection)
     torch.testing.assert_close(x_adv, want, rtol=0, atol=1e-12)
 
 

@@ -90,18 +90,7 @@ def test_supcon_and_kco_match_a_hand_computation():
     assert loss == pytest.approx(per_item + 2 * ce, rel=1e-5)
 
 
-def reference_l1_projection(v: np.ndarray, radius: float) -> np.ndarray:
-    """Duchi et al.'s algorithm, one vector, written plainly."""
-    if np.abs(v).sum() <= radius:
-        return v.copy()
-    mu = np.sort(np.abs(v))[::-1]
-    cumulative = np.cumsum(mu)
-    rho = max(j for j in range(len(mu)) if mu[j] - (cumulative[j] - radius) / (j + 1) > 0)
-    theta = (cumulative[rho] - radius) / (rho + 1)
-    return np.sign(v) * np.maximum(np.abs(v) - theta, 0)
-
-
-def test_l1_projection_matches_the_sort_based_reference():
+def test_l1_projection_matches_the_sort_based_reference(reference_l1_projection):
     rng = np.random.default_rng(0)
     v = rng.normal(size=(50, 20)) * rng.uniform(0.1, 3, size=(50, 1))
     for radius in (0.5, 2.0, 10.0):
@@ -199,7 +188,7 @@ def test_supcon_skips_items_without_a_positive_and_kco_defaults_to_temperature_h
     )
 
 
-def test_l1_projection_takes_a_radius_per_row():
+def test_l1_projection_takes_a_radius_per_row(reference_l1_projection):
     rng = np.random.default_rng(1)
     v = rng.normal(size=(3, 8))
     radius = np.array([0.5, 2.0, 100.0])  # the last row is already inside
@@ -315,7 +304,9 @@ def test_per_item_metrics_match_a_hand_computation_per_item():
         assert items[key].dtype == np.float64 and items[key].shape == (2,)
 
 
-def test_l1_projection_keeps_the_radius_exactly_in_float64_and_the_input_dtype():
+def test_l1_projection_keeps_the_radius_exactly_in_float64_and_the_input_dtype(
+    reference_l1_projection,
+):
     """A radius that float32 cannot hold (0.1) is used at the input's precision; a float64
     radius per row leaves a float32 input float32."""
     rng = np.random.default_rng(2)
