@@ -42,6 +42,7 @@ class WorldConfig:
     bc_steps: int = 300
     bc_lr: float = 0.01
     bc_weight_decay: float = 0.0
+    n_actions: int = 3  # pi-hat's action count: 3 in (A), 9 in (B)
 
 
 @dataclass(eq=False)
@@ -77,7 +78,15 @@ def build_world(config: WorldConfig, seed: int) -> World:
 def world_from_demonstrations(config: WorldConfig, seed: int, train_env, test_env, train, test):
     """Fit pi-hat by behaviour cloning on ``train`` and roll it out in both dynamics (calibration,
     validation and evaluation episodes, each split with its own seeds)."""
-    pihat = fit_bc(train, config.hidden, config.bc_steps, config.bc_lr, seed)
+    pihat = fit_bc(
+        train,
+        config.hidden,
+        config.bc_steps,
+        config.bc_lr,
+        seed,
+        config.n_actions,
+        weight_decay=config.bc_weight_decay,
+    )
 
     def act(feats, z):
         return int(greedy(pihat, torch.from_numpy(feats)[None])[0])

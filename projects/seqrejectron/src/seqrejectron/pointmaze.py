@@ -48,12 +48,17 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-import torch
 
 from seqrejectron.envs import Trajectory
-from seqrejectron.experiment import World, WorldConfig, episode_metrics, fit
+from seqrejectron.experiment import (
+    World,
+    WorldConfig,
+    episode_metrics,
+    episode_seeds,
+    fit,
+    world_from_demonstrations,
+)
 from seqrejectron.minari_format import apply_shift
-from seqrejectron.search import fit_bc, greedy
 
 MAZE = [
     [1, 1, 1, 1, 1, 1, 1],
@@ -265,49 +270,21 @@ def build_pointmaze_world(seed: int, sizes: tuple[tuple[str, int], ...]) -> Worl
     and evaluation splits, each with its own episode seeds). ``sizes``: ``tuple(dict.items())``."""
     sizes = dict(sizes)
     train_env, test_env = PointMaze(shifted=False), PointMaze(shifted=True)
-    base = seed * 1_000_000
 
     def expert_runs(env, split, count):
-        return [env.rollout(None, base + split * 100_000 + i, NOISE) for i in range(count)]
+        return [env.rollout(None, s, NOISE) for s in episode_seeds(seed, split, count)]
 
     train = expert_runs(train_env, 0, sizes["n_train"])  # labels: the noise-free action
     test = expert_runs(test_env, 1, sizes["n_test"])
     config = WorldConfig(
         horizon=HORIZON,
         shift="pointmaze-wind-gain",
-        n_train=sizes["n_train"],
-        n_test=sizes["n_test"],
+        **sizes,
         bc_steps=BC_STEPS,
         bc_weight_decay=BC_WEIGHT_DECAY,
+        n_actions=len(ACTIONS),
     )
-    pihat = fit_bc(
-        train,
-        config.hidden,
-        config.bc_steps,
-        config.bc_lr,
-        seed,
-        len(ACTIONS),
-        weight_decay=config.bc_weight_decay,
-    )
-
-    def act(feats, obs):
-        return int(greedy(pihat, torch.from_numpy(feats)[None])[0])
-
-    def run(env, split, count):
-        return [env.rollout(act, base + split * 100_000 + i) for i in range(count)]
-
-    return World(
-        config=config,
-        seed=seed,
-        train=train,
-        test=test,
-        pihat=pihat,
-        calibration=run(train_env, 2, sizes["n_calibration"]),
-        val_p=run(train_env, 3, sizes["n_val"]),
-        val_q=run(test_env, 4, sizes["n_val"]),
-        eval_p=run(train_env, 5, sizes["n_eval"]),
-        eval_q=run(test_env, 6, sizes["n_eval"]),
-    )
+    return world_from_demonstrations(config, seed, train_env, test_env, train, test)
 
 
 def pointmaze_summary(world: World) -> dict[str, float]:
