@@ -34,7 +34,7 @@ import torch
 from papers_cli import project_dir_of, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
 from seqrejectron.experiment import WorldConfig, build_world, episode_metrics, fit, world_summary
-from seqrejectron.pointmaze import build_pointmaze_world, pointmaze_summary, tune_lam_b
+from seqrejectron.pointmaze import SIZES_B, build_pointmaze_world, pointmaze_summary, tune_lam_b
 
 CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
 SUBJECTS = (
@@ -105,7 +105,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     method_params = dict(tuning_result.best.get("seqrejectron", {}))
     evidence: dict[str, Any] = {"worlds": {}, "rounds": {}, "epsilon_sweep": {}, "moved": []}
     b_settings = dict(settings["pointmaze"])
-    b_sizes = tuple((k, int(b_settings[k])) for k in b_keys())
+    b_sizes = tuple((k, int(b_settings[k])) for k in SIZES_B)
 
     def b_world(seed: int):
         return build_pointmaze_world(seed, b_sizes)
@@ -217,10 +217,6 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     return {"verdict": judgement.verdict, "results": results}
-
-
-def b_keys() -> tuple[str, ...]:
-    return ("n_train", "n_test", "n_calibration", "n_val", "n_eval")
 
 
 def notes(evidence: dict[str, Any]) -> list[str]:
