@@ -436,7 +436,7 @@ def test_write_claim_round_trips_and_renders_every_part(tmp_path):
     )
 
 
-def test_the_record_names_the_revision_the_run_started_from(tmp_path):
+def test_the_record_names_the_revision_the_run_started_from(tmp_path, tmp_path_factory):
     """A commit made while a long run trains must not relabel the record."""
     import subprocess
 
@@ -465,6 +465,11 @@ def test_the_record_names_the_revision_the_run_started_from(tmp_path):
         return load_claim(path)["git_revision"]
 
     assert record_revision() == started  # the record it writes is not a code change
+    # `reproduce --out` outside the repository: HEAD is still read where the spec lives
+    elsewhere = tmp_path_factory.mktemp("outside")
+    outside = write_claim(elsewhere, project="demo", spec=spec, results=results,
+                          judgement=judge(spec, results), config={}, wall_time_s=1.0)  # fmt: skip
+    assert load_claim(outside)["git_revision"] == started
     (tmp_path / "core.py").write_text("x = 2\n")
     git("commit", "-qam", "a commit during the run")
     assert record_revision() == f"{started} (HEAD at write: {head()})"

@@ -207,8 +207,14 @@ def load_claim_spec(
     spec = _parse_spec(raw, str(path), set(subjects), set(metrics), quick)
     # The code a run measures is the code it started with: record that revision now, not when
     # the record is written (a commit made during a long run would otherwise label it).
-    results_dir = path.resolve().parent.parent / "results"
-    return replace(spec, started_at_revision=git_revision(path.parent, ignore=results_dir))
+    return replace(spec, started_at_revision=code_revision(path))
+
+
+def code_revision(spec_path: str | Path) -> str:
+    """The revision of the repository holding ``configs/claim.yaml``, the project's ``results/``
+    left out of the dirty check (a rerun rewriting it is not a code change)."""
+    configs = Path(spec_path).resolve().parent
+    return git_revision(configs, ignore=configs.parent / "results")
 
 
 def _parse_spec(

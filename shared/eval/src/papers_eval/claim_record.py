@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from papers_eval.claim import VERDICTS, ClaimSpec, Judgement, Results, summarise
+from papers_eval.claim import VERDICTS, ClaimSpec, Judgement, Results, code_revision, summarise
 from papers_eval.record import _jsonable, git_revision, hardware_info
 from papers_eval.table import format_value, markdown_table
 from papers_eval.tuning import TuningResult
@@ -65,8 +65,9 @@ class RecordSchemaError(ValueError):
 
 
 def _revision(spec: ClaimSpec, out: Path) -> str:
-    """The revision the run started from; says so when HEAD moved before the record was written."""
-    now = git_revision(out, ignore=out)
+    """The revision the run started from; says so when HEAD moved before the record was written.
+    Read in the spec's repository (``--out`` may lie outside it); a spec built in code has none."""
+    now = code_revision(spec.source) if spec.source else git_revision(out, ignore=out)
     started = spec.started_at_revision or now
     return started if started == now else f"{started} (HEAD at write: {now})"
 
