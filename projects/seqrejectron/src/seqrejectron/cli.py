@@ -11,6 +11,7 @@ class SeqRejectronCLI(PapersCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.in_features", "model.in_features")
         parser.link_arguments("data.n_test", "model.n_test")
+        parser.link_arguments("data.n_actions", "model.n_actions")
 
 
 def train(args: list[str] | None = None) -> PapersCLI:

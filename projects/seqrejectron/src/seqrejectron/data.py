@@ -1,5 +1,6 @@
-"""Data: the miniature's expert demonstrations (environment A) behind one DataModule, and the
-Minari-format reader for real offline datasets (see ``minari_format.py``).
+"""Data: behind one DataModule, the miniature's expert demonstrations (environment A,
+``source: minigrid``) or real offline data (``source: minari``: two Minari datasets and the
+environment they come from, see ``offline.py``).
 
 A training batch is the whole problem, as the algorithm is full-batch: the labelled train states
 and expert actions, the unlabelled test states and the length of each test trajectory.
@@ -7,6 +8,7 @@ and expert actions, the unlabelled test states and the length of each test traje
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -16,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from papers_cli import ConfigError
 from papers_gpu import run_seed
-from seqrejectron.envs import Layout, expert_policy
+from seqrejectron.envs import N_ACTIONS, Layout, expert_policy
 from seqrejectron.experiment import SIZES, episode_seeds
 from seqrejectron.search import stack
 
@@ -50,11 +52,15 @@ def first(items: list):
 
 
 class SeqRejectronDataModule(LightningDataModule):
-    """Environment (A): expert demonstrations in the train dynamics (labelled) and in the test
-    dynamics (states only), on one lava-crossing layout fixed by the run's seed."""
+    """Expert demonstrations in the train dynamics (labelled) and in the test dynamics (states
+    only). ``minigrid``: environment (A), one lava-crossing layout fixed by the run's seed.
+    ``minari``: the first ``n_train`` episodes of ``train_dataset`` and ``n_test`` of
+    ``test_dataset`` under ``data_root``, deployed in ``env_id`` (test dynamics: ``shift_spec``;
+    ``train_spec`` applies to both; rollouts of ``eval_horizon`` steps, sparse ``cost``)."""
 
     def __init__(
         self,
+        source: Literal["minigrid", "minari"] = "minigrid",
         horizon: Literal[40, 80, 160] = 80,
         shift: Literal["wind", "ice"] = "wind",
         strength: ClosedUnitInterval = 0.3,
@@ -63,29 +69,77 @@ class SeqRejectronDataModule(LightningDataModule):
         n_eval: PositiveInt = 100,
         steps_per_epoch: PositiveInt = 50,
         in_features: PositiveInt = 62,
+        n_actions: PositiveInt = N_ACTIONS,
+        data_root: str | None = None,
+        train_dataset: str | None = None,
+        test_dataset: str | None = None,
+        env_id: str | None = None,
+        shift_spec: str | None = None,
+        train_spec: str | None = None,
+        eval_horizon: PositiveInt = 300,
+        cost: Literal["goal", "fall"] = "goal",
         seed: NonNegativeInt | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        size, _ = SIZES[horizon]
-        if in_features != 2 * size + 40:
+        self.offline = None
+        if source == "minari":
+            self.offline = self.load_offline()
+            offline = self.offline
+            expected = {"in_features": offline.in_features, "n_actions": offline.n_actions}
+            where = f"the data ({train_dataset} in {env_id})"
+        else:
+            size, _ = SIZES[horizon]
+            expected = {"in_features": 2 * size + 40, "n_actions": N_ACTIONS}
+            where = f"horizon {horizon} (grid {size})"
+        for name, value in expected.items():
+            if self.hparams[name] != value:
+                raise ConfigError(
+                    f"data.{name}={self.hparams[name]} but {where} gives {value}; "
+                    f"set --data.{name}={value}"
+                )
+
+    def load_offline(self):
+        from seqrejectron.offline import load_offline_problem
+
+        h = self.hparams
+        needed = ("data_root", "train_dataset", "test_dataset", "env_id", "shift_spec")
+        missing = [name for name in needed if h[name] is None]
+        if missing:
             raise ConfigError(
-                f"data.in_features={in_features} but horizon {horizon} (grid {size}) gives "
-                f"{2 * size + 40} features; set --data.in_features={2 * size + 40}"
+                "data.source=minari needs " + ", ".join(f"data.{name}" for name in missing)
             )
+        return load_offline_problem(
+            Path(h.data_root),
+            h.train_dataset,
+            h.test_dataset,
+            h.env_id,
+            h.shift_spec,
+            h.train_spec,
+            h.n_train,
+            h.n_test,
+            h.eval_horizon,
+            h.cost,
+        )
 
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
         self.seed = run_seed() if h.seed is None else h.seed
-        size, crossings = SIZES[h.horizon]
-        self.train_env = Layout(size, crossings, h.horizon, layout_seed=self.seed * 1000 + size)
-        self.test_env = self.train_env.with_shift(h.shift, h.strength)
-        self.train = [
-            self.train_env.rollout(expert_policy, s) for s in episode_seeds(self.seed, 0, h.n_train)
-        ]
-        self.test = [
-            self.test_env.rollout(expert_policy, s) for s in episode_seeds(self.seed, 1, h.n_test)
-        ]
+        if self.offline is not None:
+            self.train_env, self.test_env = self.offline.train_env, self.offline.test_env
+            self.train, self.test = self.offline.train, self.offline.test
+        else:
+            size, crossings = SIZES[h.horizon]
+            self.train_env = Layout(size, crossings, h.horizon, layout_seed=self.seed * 1000 + size)
+            self.test_env = self.train_env.with_shift(h.shift, h.strength)
+            self.train = [
+                self.train_env.rollout(expert_policy, s)
+                for s in episode_seeds(self.seed, 0, h.n_train)
+            ]
+            self.test = [
+                self.test_env.rollout(expert_policy, s)
+                for s in episode_seeds(self.seed, 1, h.n_test)
+            ]
         check_same_space(self.train, self.test)
         self.batch = {
             "train_x": stack(self.train),

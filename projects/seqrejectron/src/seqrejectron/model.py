@@ -28,7 +28,6 @@ from seqrejectron.core import (
     relaxed_loss,
     validator_score,
 )
-from seqrejectron.envs import N_ACTIONS
 
 
 class SeqRejectronModule(LightningModule):
@@ -36,6 +35,7 @@ class SeqRejectronModule(LightningModule):
         self,
         in_features: PositiveInt = 62,
         n_test: PositiveInt = 200,
+        n_actions: PositiveInt = 3,
         hidden: PositiveInt = 64,
         lr: PositiveFloat = 0.01,
         bc_steps: PositiveInt = 300,
@@ -47,11 +47,11 @@ class SeqRejectronModule(LightningModule):
         super().__init__()
         check_epsilon(epsilon)
         self.save_hyperparameters()
-        self.pihat = make_policy(in_features, hidden, N_ACTIONS)
-        self.candidate = make_policy(in_features, hidden, N_ACTIONS)
+        self.pihat = make_policy(in_features, hidden, n_actions)
+        self.candidate = make_policy(in_features, hidden, n_actions)
         self.max_validators = math.ceil(1 / epsilon)
         self.validators = nn.ModuleList(
-            make_policy(in_features, hidden, N_ACTIONS) for _ in range(self.max_validators)
+            make_policy(in_features, hidden, n_actions) for _ in range(self.max_validators)
         )
         self.register_buffer("n_validators", torch.tensor(0))
         self.register_buffer("done", torch.tensor(False))
