@@ -112,6 +112,16 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert metrics["seqrejectron_exact"]["b_test_cost"]["mean"] is None
     assert "b_shift_matters" in {p["name"] for p in record["preconditions"]}
     assert "b_near_oracle" in record["outcomes"]["seqrejectron"]
+    # the stochastic variant is reported on both environments, on sampled rollouts: BC never
+    # stops, the oracle stop pays nothing on (A) (the expert never fails there)
+    stochastic = record["evidence"]["stochastic"]
+    assert set(stochastic) == {"A", "B"}
+    for env in stochastic.values():
+        assert env["bc_train_stop"]["estimate"] == 0
+        assert env["bc_minus_stochastic_test_cost"]["estimate"] == pytest.approx(
+            env["bc_test_cost"]["estimate"] - env["stochastic_test_cost"]["estimate"]
+        )
+    assert stochastic["A"]["oracle_stop_test_cost"]["estimate"] == 0
     assert (tmp_path / "claim.md").is_file()
 
 

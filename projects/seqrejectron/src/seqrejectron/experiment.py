@@ -57,6 +57,8 @@ class World:
     val_q: list
     eval_p: list
     eval_q: list
+    train_env: object = None  # the dynamics, for rollouts of other policies (stochastic.py)
+    test_env: object = None
 
 
 def episode_seeds(seed: int, split: int, count: int) -> range:
@@ -105,6 +107,8 @@ def world_from_demonstrations(config: WorldConfig, seed: int, train_env, test_en
         val_q=run(test_env, 4, config.n_val),
         eval_p=run(train_env, 5, config.n_eval),
         eval_q=run(test_env, 6, config.n_eval),
+        train_env=train_env,
+        test_env=test_env,
     )
 
 

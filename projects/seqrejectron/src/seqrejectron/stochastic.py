@@ -1,6 +1,7 @@
-"""Stochastic SeqRejectron (not part of the claim run yet): a sampled log-loss BC pi-hat,
-validators scored by cumulative squared Hellinger distance, and the cumulative-Hellinger stop
-(core.py Eq. 3 and Eq. 5) with eta calibrated on held-out train rollouts.
+"""Stochastic SeqRejectron: a sampled log-loss BC pi-hat, validators scored by cumulative
+squared Hellinger distance, and the cumulative-Hellinger stop (core.py Eq. 3 and Eq. 5) with eta
+calibrated on held-out train rollouts. ``evaluate_stochastic`` runs it on one world (the claim
+run reports it on (A) and (B); it is not one of the pre-registered checks).
 
 Reconstruction [R/G, design note]: a validator v starts from pi-hat and maximises
 
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from seqrejectron.baselines import NeverStop, OracleRule, RandomTimeRule, stop_rate
 from seqrejectron.core import (
     INF,
     calibrate_threshold,
@@ -31,6 +33,7 @@ from seqrejectron.core import (
     cumulative_stop_time,
     hellinger_sq_categorical,
 )
+from seqrejectron.experiment import episode_metrics, episode_seeds
 from seqrejectron.search import split_like, stack
 
 
@@ -148,3 +151,42 @@ class HellingerStopRule:
             ],
             dtype=np.int64,
         )
+
+
+def evaluate_stochastic(
+    world, epsilon: float, lam: float = 20.0, steps: int = 150, lr: float = 0.01
+) -> dict:
+    """On one world (its BC pi-hat, demonstrations and dynamics), pi-hat sampled from its
+    softmax: the Hellinger validators, the stop calibrated to ``epsilon`` on held-out sampled
+    train rollouts, and per-episode outcomes (``episode_metrics``) on sampled evaluation
+    rollouts in both dynamics, for four stop rules on the same episodes: ``stochastic``
+    (the method), ``bc`` (never stops), ``random_time`` (the same calibrated train stop rate,
+    state-blind) and ``oracle_stop`` (the sampled action's first mistake)."""
+    config, seed = world.config, world.seed
+
+    def sampled(env, split, count):
+        return [
+            env.rollout(sampling_policy(world.pihat, s), s)
+            for s in episode_seeds(seed, split, count)
+        ]
+
+    validators, rounds = hellinger_search(
+        world.pihat, world.train, world.test, epsilon, lam=lam, steps=steps, lr=lr, seed=seed
+    )
+    calibration = sampled(world.train_env, 12, config.n_calibration)
+    eval_p = sampled(world.train_env, 15, config.n_eval)
+    eval_q = sampled(world.test_env, 16, config.n_eval)
+    rule = HellingerStopRule(world.pihat, validators).calibrate(calibration, epsilon)
+    target = max(stop_rate(rule, calibration), epsilon / 2)
+    rules = {
+        "stochastic": rule,
+        "bc": NeverStop(),
+        "random_time": RandomTimeRule(seed).calibrate(calibration, target),
+        "oracle_stop": OracleRule(),
+    }
+    return {
+        "outcomes": {name: episode_metrics(r, eval_p, eval_q) for name, r in rules.items()},
+        "n_validators": len(validators),
+        "rounds": rounds,
+        "eta": rule.eta,
+    }
