@@ -14,6 +14,10 @@ the initialisation and the test episodes):
 - ``oracle_halting`` (positive control): halting on the exact cumulative gain of AIC's readouts
   under the exact Q*, price tuned like AIC's.
 
+Allocation at equal compute (``return_over_random``): per test episode, a subject's return minus
+that of random halting on AIC's backbone with the subject's own measured mean steps per decision
+(random halting pays no halting head, so it never uses more FLOPs).
+
 Pre-registered precondition (``settings.precondition``): the pair is judged only if the fixed
 network learns the task (validation success >= ``fixed_min_success``) and computation pays (the
 one-step network's validation return is below ``retain_ratio`` x the fixed network's). Both are
@@ -66,7 +70,14 @@ SUBJECTS = (
     "random_halting",
     "oracle_halting",
 )
-METRICS = ("episode_return", "flops_per_decision", "mean_steps", "success", "val_score")
+METRICS = (
+    "episode_return",
+    "flops_per_decision",
+    "mean_steps",
+    "success",
+    "val_score",
+    "return_over_random",
+)
 VAL_EPISODES, TEST_EPISODES = 20_000, 30_000  # episode seeds, disjoint from training data
 
 
@@ -260,7 +271,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             row = p.run("test", subject, chosen[subject])
             val = p.run("val", subject, chosen[subject])
+        # allocation at equal compute: random halting on AIC's backbone with this subject's
+        # measured mean steps per decision, on the same test episodes
+        matched = p.run("test", "random_halting", row["decision_mean_steps"])
         return {
+            "return_over_random": row["episode_return"] - matched["episode_return"],
             "episode_return": row["episode_return"],
             "flops_per_decision": row["flops_per_decision"],
             "mean_steps": row["mean_steps"],
@@ -286,6 +301,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         f"K_max {pairs[spec.seeds[0]].k_max}; {settings['episodes']} test episodes per seed and "
         "subject (episode seeds disjoint from training and validation).",
         f"Pre-registered precondition: {pre_text}: {precondition['text']}.",
+        "return_over_random: per test episode, the subject's return minus that of random "
+        "halting on AIC's backbone with the subject's own measured mean steps per decision.",
         "Units: episode_return is MiniGrid's episode return (1 - 0.9 steps/max_steps on success, "
         "0 otherwise); flops_per_decision is analytic FLOPs per environment decision; "
         "mean_steps is refinement steps per decision, averaged within each episode.",
