@@ -85,7 +85,7 @@ class Pair:
     """AIC and its fixed counterpart trained on one seed, with every halting rule built on the
     AIC backbone; rollouts are cached by (split, rule, parameter)."""
 
-    def __init__(self, task: Task, seed: int, settings: dict[str, Any]):
+    def __init__(self, task: Task, seed: int, settings: dict[str, Any], with_fixed: bool = True):
         self.task, self.seed, self.settings = task, seed, settings
         start = time.perf_counter()
         snapshot = InitialWeights()
@@ -93,7 +93,9 @@ class Pair:
         self.initial = snapshot.state
         self.aic: AICPolicy = cli.model.policy.eval()
         self.data: AicDataModule = cli.datamodule
-        self.fixed: AICPolicy = fit(task, seed, settings, "fixed").model.policy.eval()
+        self.fixed: AICPolicy | None = (
+            fit(task, seed, settings, "fixed").model.policy.eval() if with_fixed else None
+        )
         self.train_s = time.perf_counter() - start
         self.k_max = self.aic.k_max
         val_obs = torch.from_numpy(self.data.val_arrays["obs"])
