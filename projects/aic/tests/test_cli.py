@@ -46,6 +46,7 @@ def test_same_seed_same_metrics(tiny_args):
     assert first["val/mean_steps"].item() == again["val/mean_steps"].item()
 
 
+@pytest.mark.slow  # 80 s of two gloo processes: over the fast lane's 2-minute budget
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     single = tmp_path / "single"
     train([*tiny_args, f"--trainer.default_root_dir={single}"])
