@@ -9,9 +9,11 @@ from aic.core import (
     adaptive_act,
     check_price,
     count_flops,
+    deep_supervision_loss,
     flops_per_decision,
     halting_loss,
     halting_steps,
+    policy_losses,
     select_steps,
     step_returns,
     voc_targets,
@@ -179,3 +181,83 @@ def test_bad_price_and_architecture_are_user_errors():
         AICPolicy("vector", (3,), 2, architecture="conv")
     with pytest.raises(ConfigError, match="multiple of 4"):
         AICPolicy("sequence", (8,), 2, architecture="transformer", dim=6, vocab=5)
+
+
+# -- value tests written for the mutation lane's survivors (2026-12-01, README) ----------------
+
+
+def test_a_zero_price_is_allowed_and_a_negative_one_is_explained():
+    assert check_price(0.0) == 0.0  # free computation: halt only where the gain is negative
+    with pytest.raises(UserError, match=r"^price_per_step=-0.1 is negative .* \(e\.g\. 0\.01\)\.$"):
+        check_price(-0.1)
+
+
+def test_halting_needs_a_value_strictly_below_the_price():
+    halt = torch.tensor([[0.5, 0.2, 0.1], [0.1, 0.7, 0.7]])
+    # u_1 = 0.5 equals the price: computing on is worth exactly its price, so do not halt there
+    assert halting_steps(halt, 0.5).tolist() == [2, 1]
+
+
+def test_halting_loss_is_a_scaled_huber_with_unit_beta():
+    predicted, target = torch.tensor([5.0]), torch.tensor([1.0])
+    assert halting_loss(predicted, target).item() == pytest.approx(3.5)  # |d| = 4: 4 - 0.5
+    # scale 2: |d| = 2.5 - 0.5 = 2 -> 2 - 0.5
+    assert halting_loss(predicted, target, scale=2.0).item() == pytest.approx(1.5)
+    # inside the quadratic zone: 0.5 d^2 with beta 1
+    assert halting_loss(torch.tensor([1.6]), target).item() == pytest.approx(0.18)
+
+
+def test_deep_supervision_averages_every_step_by_default():
+    per_step = torch.tensor([3.0, 2.0, 1.0])
+    assert deep_supervision_loss(per_step).item() == pytest.approx(2.0)
+    assert deep_supervision_loss(per_step, deep=False).item() == pytest.approx(1.0)
+
+
+def test_continuous_policy_loss_and_return_by_hand():
+    actions = torch.tensor([[[1.0, 0.0], [0.5, 0.5]], [[0.0, 0.0], [1.0, 1.0]]])  # [B=2, K=2, A]
+    target = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    # step 1: errors (0, 1) and (0, 1) -> mean 0.5; step 2: (0.25, 0.25), (1, 0) -> 0.375
+    assert policy_losses("continuous", actions, target).tolist() == pytest.approx([0.5, 0.375])
+    returns = step_returns("imitation", actions, target)
+    assert torch.allclose(returns, torch.tensor([[-0.5, -0.25], [-0.5, -0.5]]))
+    with pytest.raises(ValueError, match="unknown return kind 'bogus'"):
+        step_returns("bogus", actions, target)
+
+
+def test_voc_targets_default_to_the_per_step_gain():
+    returns = torch.tensor([[0.0, 0.5, 0.4, 1.0]])
+    assert voc_targets(returns).tolist() == voc_targets(returns, "one_step").tolist()
+    with pytest.raises(ValueError, match="unknown VoC horizon 'two_step'"):
+        voc_targets(returns, "two_step")
+
+
+def test_policy_defaults_heads_and_readouts():
+    torch.manual_seed(0)
+    policy = AICPolicy("vector", (6,), 3)
+    assert (policy.architecture, policy.k_max, policy.action_kind) == ("iru", 8, "discrete")
+    assert policy.policy_head.in_features == 64 and policy.critic_head is None
+    assert policy.action_scale == 1.0 and policy.encoder(torch.randn(2, 6))[0].shape[-1] == 64
+    # the per-step feature map and the halting head are nonlinear and normalised as specified
+    assert [type(m) for m in policy.feature] == [torch.nn.Linear, torch.nn.LayerNorm, torch.nn.GELU]
+    assert [type(m) for m in policy.halting_head] == [
+        torch.nn.Linear,
+        torch.nn.GELU,
+        torch.nn.Linear,
+    ]
+    critic = AICPolicy("vector", (6,), 3, dim=16, k_max=4, critic=True).eval()
+    obs = torch.randn(5, 6)
+    out = critic(obs)
+    assert out["features"].shape == (5, 4, 16)
+    assert torch.allclose(out["q"], critic.critic_head(out["features"][:, -1]))
+    assert out["q"].shape == (5, 3)
+
+
+def test_continuous_actions_are_squashed_to_the_action_scale():
+    torch.manual_seed(0)
+    policy = AICPolicy("vector", (6,), 2, "continuous", dim=16, k_max=2, action_scale=2.0)
+    z = torch.randn(7, 16) * 10
+    raw = policy.policy_head(z)
+    assert torch.allclose(policy.act_head(z), 2.0 * torch.tanh(raw))
+    discrete = AICPolicy("vector", (6,), 2, "discrete", dim=16, k_max=2)
+    discrete.policy_head.load_state_dict(policy.policy_head.state_dict())
+    assert torch.allclose(discrete.act_head(z), raw)
