@@ -10,7 +10,7 @@ import torch
 
 from ibci_fewshot.claim import SUBJECTS, drift_trend, run_claim_experiment
 from ibci_fewshot.cli import train
-from papers_cli.testing import check_resume, check_summaries, user_error_message
+from papers_cli.testing import check_resume, check_summaries, run_train_test, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -88,15 +88,8 @@ def test_test_subcommand_adapts_and_scores_held_out_sessions_from_a_checkpoint(t
         fitted.trainer.checkpoint_callback.best_model_path
     )
     args = [a for a in tiny_args if "checkpointing" not in a and "max_steps" not in a]
-    result = subprocess.run(
-        [str(TRAIN), "test", *args, f"--ckpt_path={checkpoint}"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "test/wer" in result.stdout and "test/cer" in result.stdout
+    stdout = run_train_test(PROJECT, args, checkpoint)
+    assert "test/wer" in stdout and "test/cer" in stdout
 
 
 def test_two_process_ddp_run_shards_episodes_and_seeds_ranks_apart(tiny_args, tmp_path):

@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +9,11 @@ from lrrf import orders
 from lrrf.claim import run_claim_experiment
 from lrrf.cli import train
 from lrrf.model import LrrfModule
-from papers_cli.testing import check_resume, run_ddp_train, user_error_message
+from papers_cli.testing import check_resume, run_ddp_train, run_train_test, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
-TRAIN = Path(sys.executable).with_name("train")  # the workspace dispatcher a user runs
 
 
 @pytest.mark.parametrize(
@@ -123,13 +120,9 @@ def test_test_subcommand_fills_r_from_a_checkpoint(tiny_args, tmp_path):
     callback = fitted.trainer.checkpoint_callback
     checkpoint = callback.last_model_path or callback.best_model_path
     args = [a for a in tiny_args if "checkpointing" not in a]
-    result = subprocess.run(
-        [str(TRAIN), "test", *args, f"--ckpt_path={checkpoint}"],
-        cwd=PROJECT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = run_train_test(PROJECT, args, checkpoint)
     for name in ("test/aa", "test/forgetting", "test/bwt", "test/R_3_3", "test/acc_l1"):
-        assert name in result.stdout, result.stdout[-2000:]
+        assert name in stdout, stdout[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,3 @@
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,12 +7,11 @@ import torch
 from monotone_preferences.claim import run_claim_experiment
 from monotone_preferences.cli import train
 from monotone_preferences.core import IsotonicRegressor, NonNegativeLinear
-from papers_cli.testing import check_resume, user_error_message
+from papers_cli.testing import check_resume, run_train_test, user_error_message
 from papers_eval import load_claim
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
-TRAIN = Path(sys.executable).with_name("train")  # the workspace dispatcher a user runs
 NET = ["--model.estimator=monotone_net", "--trainer.max_epochs=2"]
 
 
@@ -74,17 +71,10 @@ def test_train_saves_the_fitted_estimator_and_test_scores_it(tiny_args, tmp_path
     assert set(state["parts"]) == {"linear", "isotonic"}
     x_test, y_test, _ = (t.numpy() for t in fitted.datamodule.test_set.tensors)
     expected = np.mean((fitted.model.predict_numpy(x_test) - y_test) ** 2)
-    result = subprocess.run(
-        [str(TRAIN), "test", *args, "--data.family=min", f"--ckpt_path={checkpoint}"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    line = next(row for row in result.stdout.splitlines() if "test/mse" in row)
+    stdout = run_train_test(PROJECT, [*args, "--data.family=min"], checkpoint)
+    line = next(row for row in stdout.splitlines() if "test/mse" in row)
     assert float(line.split("│")[2]) == pytest.approx(expected, rel=1e-4)
-    assert "test/excess_error" in result.stdout and "test/violation_rate" in result.stdout
+    assert "test/excess_error" in stdout and "test/violation_rate" in stdout
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,6 @@
 
 import inspect
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from papers_cli.testing import check_resume, run_ddp_train, user_error_message
+from papers_cli.testing import check_resume, run_ddp_train, run_train_test, user_error_message
 from papers_gpu import derived_seed, seed_all_generators
 from permflow.cli import train
 from permflow.data import PermutationDataModule, generate_slap, save_slap
@@ -20,7 +18,6 @@ from permflow.model import PermutationModel
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
-TRAIN = Path(sys.executable).with_name("train")  # the workspace dispatcher a user runs
 
 
 @pytest.mark.parametrize(
@@ -158,16 +155,9 @@ def test_test_subcommand_computes_the_claim_metrics_from_a_checkpoint(tiny_args,
     checkpoint = fitted.trainer.checkpoint_callback.best_model_path
     assert checkpoint
     args = [a for a in tiny_args if "checkpointing" not in a]
-    result = subprocess.run(
-        [str(TRAIN), "test", *args, f"--ckpt_path={checkpoint}"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = run_train_test(PROJECT, args, checkpoint)
     for metric in ("test/both_modes", "test/valid_rate", "test/accuracy", "test/violation"):
-        assert metric in result.stdout
+        assert metric in stdout
 
 
 def test_model_rejects_mismatched_and_bad_inputs():

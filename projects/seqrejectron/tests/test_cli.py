@@ -1,18 +1,15 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from papers_cli.testing import check_resume, run_ddp_train, user_error_message
+from papers_cli.testing import check_resume, run_ddp_train, run_train_test, user_error_message
 from papers_eval import load_claim
 from seqrejectron.claim import run_claim_experiment
 from seqrejectron.cli import train
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
-TRAIN = Path(sys.executable).with_name("train")  # the workspace dispatcher a user runs
 
 
 @pytest.mark.parametrize(
@@ -60,16 +57,9 @@ def test_test_subcommand_rolls_out_the_selective_policy(tiny_args, tmp_path):
     fitted = train([*tiny_args, "--trainer.enable_checkpointing=true"])
     checkpoint = fitted.trainer.checkpoint_callback.best_model_path
     args = [a for a in tiny_args if "checkpointing" not in a]
-    result = subprocess.run(
-        [str(TRAIN), "test", *args, f"--ckpt_path={checkpoint}"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = run_train_test(PROJECT, args, checkpoint)
     for name in ("test/train_stop", "test/test_cost", "test/test_executed", "test/bc_test_cost"):
-        assert name in result.stdout
+        assert name in stdout
 
 
 @pytest.mark.slow  # 2-3 minutes on 2 cores (two gloo processes): over the fast lane's budget

@@ -2,8 +2,6 @@
 in gymnasium-robotics' PointMaze, read, trained on and deployed through `train`."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -11,7 +9,7 @@ import numpy as np
 import pytest
 
 from papers_cli import ConfigError
-from papers_cli.testing import user_error_message
+from papers_cli.testing import run_train_test, user_error_message
 from seqrejectron.cli import train
 from seqrejectron.offline import (
     UNKNOWN,
@@ -23,7 +21,6 @@ from seqrejectron.offline import (
 )
 
 PROJECT = Path(__file__).resolve().parents[1]
-TRAIN = Path(sys.executable).with_name("train")
 
 ENV_ID = "PointMaze_UMaze-v3"
 SHIFT = {
@@ -145,16 +142,9 @@ def test_train_and_test_run_on_minari_data(minari_root, tmp_path):
     cli = train([*args, "--trainer.enable_checkpointing=true"])
     assert cli.model.pihat[-1].out_features == 9
     checkpoint = cli.trainer.checkpoint_callback.best_model_path
-    result = subprocess.run(
-        [str(TRAIN), "test", *args, f"--ckpt_path={checkpoint}"],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    stdout = run_train_test(PROJECT, args, checkpoint)
     for name in ("test/train_stop", "test/test_cost", "test/test_executed"):
-        assert name in result.stdout
+        assert name in stdout
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,11 @@ fails unless parameters, optimizer state and the last logged metrics agree.
 
 runs ``train`` in-process expecting the CLI's clean failure: exit 2 and one paragraph on stderr,
 no traceback.
+
+    stdout = run_train_test(PROJECT, args, checkpoint)
+
+runs ``train test <args> --ckpt_path=<checkpoint>`` through the same dispatcher, as a user
+evaluates a checkpoint, and returns what it printed (the test metrics table).
 """
 
 from __future__ import annotations
@@ -31,6 +36,31 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+
+def train_script() -> Path:
+    """The workspace's ``train`` console script (the dispatcher a user runs)."""
+    return Path(sys.executable).with_name("train")
+
+
+def run_train_test(
+    project_dir: str | os.PathLike,
+    args: Sequence[str],
+    ckpt_path: str | os.PathLike,
+    timeout: float = 300,
+) -> str:
+    """Run ``train test <args> --ckpt_path=<ckpt_path>`` from the project folder; return its
+    stdout. Raises AssertionError with the tail of stderr when it fails."""
+    result = subprocess.run(
+        [str(train_script()), "test", *args, f"--ckpt_path={ckpt_path}"],
+        cwd=project_dir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"train test failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout
 
 
 def run_ddp_train(
@@ -49,7 +79,7 @@ def run_ddp_train(
     """
     root_dir = Path(root_dir)
     command = [
-        str(Path(sys.executable).with_name("train")),
+        str(train_script()),
         *args,
         f"--trainer.default_root_dir={root_dir}",
         "--trainer.accelerator=cpu",
