@@ -54,8 +54,8 @@ def first(items: list):
 class SeqRejectronDataModule(LightningDataModule):
     """Expert demonstrations in the train dynamics (labelled) and in the test dynamics (states
     only). ``minigrid``: environment (A), one lava-crossing layout fixed by the run's seed.
-    ``minari``: the first ``n_train`` episodes of ``train_dataset`` and ``n_test`` of
-    ``test_dataset`` under ``data_root``, deployed in ``env_id`` (test dynamics: ``shift_spec``;
+    ``minari``: the first ``n_train`` episodes of ``train_dataset_id`` and ``n_test`` of
+    ``test_dataset_id`` under ``data_root``, deployed in ``env_id`` (test dynamics: ``shift_spec``;
     ``train_spec`` applies to both; rollouts of ``eval_horizon`` steps, sparse ``cost``)."""
 
     def __init__(
@@ -70,12 +70,12 @@ class SeqRejectronDataModule(LightningDataModule):
         steps_per_epoch: PositiveInt = 50,
         in_features: PositiveInt = 62,
         n_actions: PositiveInt = N_ACTIONS,
-        data_root: str | None = None,
-        train_dataset: str | None = None,
-        test_dataset: str | None = None,
+        data_root: Path | None = None,
+        train_dataset_id: str | None = None,
+        test_dataset_id: str | None = None,
         env_id: str | None = None,
-        shift_spec: str | None = None,
-        train_spec: str | None = None,
+        shift_spec: Path | None = None,
+        train_spec: Path | None = None,
         eval_horizon: PositiveInt = 300,
         cost: Literal["goal", "fall"] = "goal",
         seed: NonNegativeInt | None = None,
@@ -87,7 +87,7 @@ class SeqRejectronDataModule(LightningDataModule):
             self.offline = self.load_offline()
             offline = self.offline
             expected = {"in_features": offline.in_features, "n_actions": offline.n_actions}
-            where = f"the data ({train_dataset} in {env_id})"
+            where = f"the data ({train_dataset_id} in {env_id})"
         else:
             size, _ = SIZES[horizon]
             expected = {"in_features": 2 * size + 40, "n_actions": N_ACTIONS}
@@ -103,7 +103,7 @@ class SeqRejectronDataModule(LightningDataModule):
         from seqrejectron.offline import load_offline_problem
 
         h = self.hparams
-        needed = ("data_root", "train_dataset", "test_dataset", "env_id", "shift_spec")
+        needed = ("data_root", "train_dataset_id", "test_dataset_id", "env_id", "shift_spec")
         missing = [name for name in needed if h[name] is None]
         if missing:
             raise ConfigError(
@@ -111,8 +111,8 @@ class SeqRejectronDataModule(LightningDataModule):
             )
         return load_offline_problem(
             Path(h.data_root),
-            h.train_dataset,
-            h.test_dataset,
+            h.train_dataset_id,
+            h.test_dataset_id,
             h.env_id,
             h.shift_spec,
             h.train_spec,
