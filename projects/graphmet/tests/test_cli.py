@@ -8,7 +8,7 @@ import torch
 from graphmet.claim import run_claim_experiment
 from graphmet.cli import train
 from papers_cli.testing import check_resume, run_ddp_train, user_error_message
-from papers_eval import load_claim
+from papers_eval import load_claim, load_claim_spec
 
 PROJECT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((PROJECT / "configs").glob("*.yaml"))
@@ -119,6 +119,18 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert 0 <= evidence["graphmet"]["changing_share"] <= 1
     for name in ("claim.md", "rmse_vs_lead.png", "activity_vs_lead.png", "r_hi_vs_lead.png"):
         assert (tmp_path / name).is_file(), name
+
+
+def test_reference_forecasts_are_scored_on_the_seed_s_own_data():
+    """Persistence and climatology are scored on the data of the run's seed (they were once
+    scored on seed 0's data for every seed)."""
+    from graphmet import claim
+
+    spec = load_claim_spec(
+        claim.CLAIM_FILE, subjects=claim.SUBJECTS, metrics=claim.METRICS, quick=True, seeds=None
+    )
+    data = claim.datamodule("advect", 3, dict(spec.settings))
+    assert data.hparams.seed == 3
 
 
 def test_resuming_continues_exactly(tiny_args, tmp_path):
