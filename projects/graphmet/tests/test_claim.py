@@ -6,7 +6,7 @@ from papers_eval import load_claim
 
 @pytest.mark.slow
 def test_the_claim_run_judges_method_and_controls(tmp_path):
-    """The full claim experiment (about 13 minutes on 2 cores): the controls behave (else the
+    """The full claim experiment (43 minutes on one core): the controls behave (else the
     verdict is "not shown") and the verdict follows from the method's checks."""
     outcome = run_claim_experiment(["--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")

@@ -258,9 +258,10 @@ def test_forecast_loss_covers_exactly_the_requested_steps():
 
 
 def test_decoder_output_is_added_to_the_state_as_a_residual(monkeypatch):
-    """Eq. G1: x_{t+1} = x_t + Dec(...): with a decoder that outputs zeros the interior stays
-    x_t, with one that outputs ones it moves by exactly 1."""
+    """Eq. G1: x_{t+1} = x_t + s * Dec(...): with a decoder that outputs zeros the interior stays
+    x_t, with one that outputs ones it moves by exactly s (per variable)."""
     model = _tiny_model("message_passing")
+    model.graph.increment_scale = torch.tensor([0.5, 2.0])
     state, forcing = torch.randn(2, 64, 2), torch.randn(2, 64, 2)
     inside = model.graph.interior.bool()[:, 0]
     for value in (0.0, 1.0):
@@ -269,7 +270,8 @@ def test_decoder_output_is_added_to_the_state_as_a_residual(monkeypatch):
         )
         with torch.no_grad():
             nxt, _ = model.step(state, forcing)
-        torch.testing.assert_close(nxt[:, inside], state[:, inside] + value)
+        moved = value * torch.tensor([0.5, 2.0])
+        torch.testing.assert_close(nxt[:, inside], state[:, inside] + moved)
         torch.testing.assert_close(nxt[:, ~inside], forcing[:, ~inside])
 
 

@@ -154,6 +154,11 @@ def test_regional_datamodule_scores_only_the_interior():
     assert data.graph.kind == "regional" and data.graph.interior.sum() == 12 * 12
     assert data.trajectories["train"].shape == (1, 5, 256, 2)
     assert len(data.train_set) == 4 and data.train_set[0].shape == (2, 256, 2)
+    # s of Eq. G1: the RMS one-step change per variable, below the fields' unit std.
+    train = data.trajectories["train"]
+    by_hand = (train[:, 1:] - train[:, :-1]).pow(2).mean((0, 1, 2)).sqrt()
+    torch.testing.assert_close(data.increment_scale, by_hand)
+    assert (data.increment_scale > 0.01).all() and (data.increment_scale < 1).all()
     with pytest.raises(ConfigError, match="domain=periodic"):
         GraphmetDataModule(source="advect", domain="regional")
     with pytest.raises(ConfigError, match="Fourier basis"):
@@ -225,6 +230,8 @@ def test_test_split_is_held_out_apart_from_validation(tmp_path):
         name: round(float(part[0][0, 0, 0]) * std + mean) for name, part in splits.items()
     }
     assert first_time == {"train": 0, "val": 14, "test": 18}
+    # s of Eq. G1: t2m moves by 1 (raw units) per step, so its RMS change is 1 / std.
+    assert float(data.increment_scale[0]) == pytest.approx(1 / std, rel=1e-3)
     last_train = data.train_set[len(data.train_set) - 1]
     assert round(float(last_train[-1, 0, 0]) * std + mean) == 13
 

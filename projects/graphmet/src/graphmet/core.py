@@ -4,9 +4,12 @@ A GraphCast-style model maps the state x_t on the grid (G points, C variables) t
 
     H_t, Z_t = Enc(x_t, f_{t+1})           grid -> mesh; f = boundary forcing (regional runs)
     H_t'     = P(H_t)                       processor on the multi-scale mesh (M nodes, d)
-    x_{t+1}  = x_t + Dec(H_t', Z_t)         mesh -> grid over containing triangles     (G1)
+    x_{t+1}  = x_t + s * Dec(H_t', Z_t)     mesh -> grid over containing triangles     (G1)
 
-and on a limited area the boundary frame is overwritten with the forcing:
+with s the per-variable RMS of the one-step change x_{t+1} - x_t over the training data
+(GraphCast's normalisation of the residual: the decoder predicts a change of unit scale,
+however small the change per step), and on a limited area the boundary frame is overwritten
+with the forcing:
 x_{t+1} = mask * x_{t+1} + (1 - mask) * f_{t+1}                                        (G2)
 
 The message-passing baseline (``baselines.py``) uses P = K InteractionNet layers. GraphMet
@@ -54,7 +57,12 @@ STATIC_FEATURES = 4
 class GraphBuffers(nn.Module):
     """The graph of a ``WeatherGraph`` as non-persistent tensors (moved with the model)."""
 
-    def __init__(self, graph: WeatherGraph, climatology: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        graph: WeatherGraph,
+        climatology: torch.Tensor | None = None,
+        increment_scale: torch.Tensor | None = None,
+    ) -> None:
         super().__init__()
         self.num_mesh = len(graph.mesh_pos)
         self.interior_shape = graph.interior_shape
@@ -62,6 +70,9 @@ class GraphBuffers(nn.Module):
         if climatology is None:  # zero anomaly reference: the standardised mean
             climatology = torch.zeros(len(graph.grid_pos), 1)
         self.register_buffer("climatology", climatology.float(), False)  # [G, C] standardised
+        if increment_scale is None:  # no normalisation of the decoded change
+            increment_scale = torch.ones(1)
+        self.register_buffer("increment_scale", increment_scale.float(), False)  # s of G1 [C]
         for name in (
             "grid_static",
             "mesh_static",
@@ -119,13 +130,19 @@ class GraphWeatherModel(nn.Module):
     def is_koopman(self) -> bool:
         return isinstance(self.processor, KoopmanProcessor)
 
-    def attach_graph(self, graph: WeatherGraph, climatology: torch.Tensor | None = None) -> None:
-        """Set the mesh and grid graphs and the (standardised) climatology [G, C] that anchors
-        the Koopman anomalies; parameters do not depend on their sizes."""
+    def attach_graph(
+        self,
+        graph: WeatherGraph,
+        climatology: torch.Tensor | None = None,
+        increment_scale: torch.Tensor | None = None,
+    ) -> None:
+        """Set the mesh and grid graphs, the (standardised) climatology [G, C] that anchors
+        the Koopman anomalies and the scale s [C] of the decoded change (Eq. G1; 1 when not
+        given); parameters do not depend on their sizes."""
         device = next(self.parameters()).device
         if climatology is None:
             climatology = torch.zeros(len(graph.grid_pos), self.channels + self.forcing_channels)
-        self.graph = GraphBuffers(graph, climatology).to(device)
+        self.graph = GraphBuffers(graph, climatology, increment_scale).to(device)
 
     def encode(self, state: torch.Tensor, forcing: torch.Tensor):
         """x_t [B, G, C], f_{t+1} [B, G, C] -> mesh latents [B, M, d], grid latents [B, G, d]."""
@@ -154,8 +171,8 @@ class GraphWeatherModel(nn.Module):
         return self.processor(mesh)
 
     def finish(self, state, mesh, grid, forcing) -> torch.Tensor:
-        """Decode the residual and force the boundary frame (Eqs. G1-G2)."""
-        following = state + self.decoder(mesh, grid, self.graph)
+        """Decode the residual, scaled by s, and force the boundary frame (Eqs. G1-G2)."""
+        following = state + self.graph.increment_scale * self.decoder(mesh, grid, self.graph)
         inside = self.graph.interior
         return inside * following + (1 - inside) * forcing[..., : self.channels]
 

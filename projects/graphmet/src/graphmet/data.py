@@ -405,6 +405,8 @@ class GraphmetDataModule(LightningDataModule):
         self.stats = normalisation_stats(split["train"].reshape(-1, *split["train"].shape[2:]))
         self.trajectories = {k: self._normalise(v) for k, v in split.items()}
         self.climatology = self.trajectories["train"].mean((0, 1))  # [G, C]
+        change = self.trajectories["train"].diff(dim=1)  # [N, T-1, G, C]
+        self.increment_scale = change.pow(2).mean((0, 1, 2)).sqrt()  # s of Eq. G1 [C]
         self.train_set = WindowDataset(self.trajectories["train"], h.rollout_steps + 1)
         val_len = min(h.val_steps + 1, self.trajectories["val"].shape[1])
         self.val_set = WindowDataset(self.trajectories["val"], val_len, stride=max(1, val_len))
@@ -443,6 +445,14 @@ class GraphmetDataModule(LightningDataModule):
         clim = np.asarray(train_sample.mean("time").values, np.float32) - mean[:, None, None]
         clim = clim / std[:, None, None]
         self.climatology = torch.from_numpy(clim.reshape(len(clim), -1).T.copy())  # [G, C + F]
+        # s of Eq. G1: the RMS one-step change of each predicted variable (standardised) over
+        # the sampled training times that have a successor in the training period.
+        channels, starts = len(self.variables), sample[sample < n_train - 1].astype(int)
+        now = fields.isel(time=starts).data[:, :channels]
+        later = fields.isel(time=starts + 1).data[:, :channels]
+        rms = np.sqrt(np.asarray(((later - now) ** 2).mean(axis=(0, 2, 3)), np.float64))
+        scale = (rms / std[:channels]).astype(np.float32)
+        self.increment_scale = torch.from_numpy(np.where(scale > 0, scale, 1.0))
         self.windows = {}
         for name, (a, b) in bounds.items():
             part = fields.isel(time=slice(a, b))

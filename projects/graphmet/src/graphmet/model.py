@@ -103,13 +103,18 @@ class GraphmetModule(LightningModule):
             forcing_channels,
         )
 
-    def attach_graph(self, graph: WeatherGraph, climatology: torch.Tensor | None = None) -> None:
-        self.net.attach_graph(graph, climatology)
+    def attach_graph(
+        self,
+        graph: WeatherGraph,
+        climatology: torch.Tensor | None = None,
+        increment_scale: torch.Tensor | None = None,
+    ) -> None:
+        self.net.attach_graph(graph, climatology, increment_scale)
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.net.graph is None and datamodule is not None:
-            self.attach_graph(datamodule.graph, datamodule.climatology)
+            self.attach_graph(datamodule.graph, datamodule.climatology, datamodule.increment_scale)
 
     def on_fit_start(self) -> None:
         if self.hparams.spectral_weight > 0 and self.net.graph.interior_shape is None:
