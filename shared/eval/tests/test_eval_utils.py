@@ -109,3 +109,16 @@ def test_git_revision_ignores_rewritten_results_but_not_code(tmp_path):
     assert git_revision(results).endswith("+dirty")
     (tmp_path / "core.py").write_text("x = 2\n")
     assert git_revision(results, ignore=results).endswith("+dirty")
+
+
+def test_provenance_names_revision_hardware_time_and_command(tmp_path):
+    import time
+
+    from papers_eval import provenance
+
+    record = provenance(tmp_path, "python -m some.experiment", time.perf_counter() - 2.0, ["--x"])
+    assert set(record) == {"git_revision", "hardware", "wall_time_s", "command"}
+    assert record["command"] == "python -m some.experiment --x"
+    assert 2.0 <= record["wall_time_s"] < 60
+    assert record["git_revision"] == "unknown"  # tmp_path is not a git repository
+    assert {"cpu_count", "torch"} <= set(record["hardware"])

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import yaml
 from aic.claim import CLAIM_FILE, Pair
 from aic.tasks import get_task
 from papers_cli import project_dir_of
-from papers_eval.record import git_revision, hardware_info
+from papers_eval.record import provenance
 from papers_eval.stats import contrast_interval
 
 TARGETS = {
@@ -97,10 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         "quick": args.quick,
         "settings": settings,
         "results": rows,
-        "git_revision": git_revision(args.out, ignore=args.out),
-        "hardware": hardware_info(),
-        "wall_time_s": round(time.perf_counter() - start, 1),
-        "command": " ".join(["python -m aic.targets", *(sys.argv[1:] if argv is None else argv)]),
+        **provenance(args.out, "python -m aic.targets", start, argv),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "target_ablation.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import yaml
 
 from lrrf.claim import CLAIM_FILE, PROJECT, run_all
 from papers_eval import contrast_interval
-from papers_eval.record import git_revision, hardware_info
+from papers_eval.record import provenance
 
 ORDER_FILE = PROJECT / "configs" / "order_l1_first.yaml"
 SUBJECTS = ("lrrf", "er", "seq_at")
@@ -94,10 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
             }
             for s in ("lrrf", "seq_at")
         },
-        "git_revision": git_revision(args.out, ignore=args.out),
-        "hardware": hardware_info(),
-        "wall_time_s": round(time.perf_counter() - start, 1),
-        "command": " ".join(["python -m lrrf.orders", *(sys.argv[1:] if argv is None else argv)]),
+        **provenance(args.out, "python -m lrrf.orders", start, argv),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "second_order.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -43,6 +43,7 @@ from papers_eval.record import (
     git_revision,
     hardware_info,
     load_results,
+    provenance,
     write_results,
 )
 from papers_eval.stats import Interval, bootstrap_ci, contrast_interval, pareto_front
@@ -75,6 +76,7 @@ __all__ = [
     "load_claim",
     "load_claim_spec",
     "load_results",
+    "provenance",
     "markdown_table",
     "pareto_front",
     "pareto_plot",

@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,22 @@ def hardware_info() -> dict[str, Any]:
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
     }
     return info
+
+
+def provenance(
+    out_dir: str | os.PathLike, command: str, start: float, argv: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Where a side experiment's numbers come from, for its results file: the code revision
+    (``out_dir`` itself, being rewritten, does not count as a change), the hardware, the wall time
+    since ``start`` (``time.perf_counter()``) and the command (``command`` followed by ``argv``,
+    by default this process's arguments)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return {
+        "git_revision": git_revision(out_dir, ignore=out_dir),
+        "hardware": hardware_info(),
+        "wall_time_s": round(time.perf_counter() - start, 1),
+        "command": " ".join([command, *args]),
+    }
 
 
 def _jsonable(value: Any) -> Any:
