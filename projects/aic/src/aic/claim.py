@@ -179,6 +179,12 @@ class Pair:
             }
         return self.cache[key]
 
+    def return_over_random(self, row: dict[str, Any]) -> np.ndarray:
+        """Per test episode, ``row``'s return minus that of random halting on AIC's backbone with
+        ``row``'s measured mean steps per decision (allocation at equal compute)."""
+        matched = self.run("test", "random_halting", row["decision_mean_steps"])
+        return row["episode_return"] - matched["episode_return"]
+
     def fixed_flops(self) -> float:
         return float(flops_per_decision(self.flops, self.k_max, "none"))
 
@@ -273,11 +279,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             row = p.run("test", subject, chosen[subject])
             val = p.run("val", subject, chosen[subject])
-        # allocation at equal compute: random halting on AIC's backbone with this subject's
-        # measured mean steps per decision, on the same test episodes
-        matched = p.run("test", "random_halting", row["decision_mean_steps"])
         return {
-            "return_over_random": row["episode_return"] - matched["episode_return"],
+            "return_over_random": p.return_over_random(row),
             "episode_return": row["episode_return"],
             "flops_per_decision": row["flops_per_decision"],
             "mean_steps": row["mean_steps"],

@@ -41,10 +41,9 @@ METRICS = ("episode_return", "return_over_random", "mean_steps", "flops_per_deci
 
 def measure(pair: Pair, price: float) -> dict:
     row = pair.run("test", "aic", price)
-    matched = pair.run("test", "random_halting", row["decision_mean_steps"])
     return {
         "episode_return": row["episode_return"],
-        "return_over_random": row["episode_return"] - matched["episode_return"],
+        "return_over_random": pair.return_over_random(row),
         "mean_steps": row["mean_steps"],
         "flops_per_decision": row["flops_per_decision"],
     }

@@ -21,7 +21,6 @@ Reconstructed choices [R]:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -101,7 +100,7 @@ def make_env(env_id: str, horizon: int, specs: list[dict]):
     except gym.error.Error as error:
         raise ConfigError(f"unknown environment id '{env_id}': {error}") from None
     for spec in specs:
-        apply_shift(mujoco_model(env), json.loads(json.dumps(spec)))
+        apply_shift(mujoco_model(env), spec)
     return env
 
 
