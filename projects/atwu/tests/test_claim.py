@@ -1,6 +1,6 @@
 import pytest
 
-from atwu.claim import run_claim_experiment
+from atwu.claim import frontier_area, run_claim_experiment
 from papers_eval import load_claim
 
 
@@ -16,3 +16,16 @@ def test_the_claim_run_judges_method_and_controls(tmp_path):
     method_passed = all(o["passed"] for o in record["outcomes"][record["method"]].values())
     assert record["verdict"] == ("held" if method_passed else "did not hold")
     assert outcome["verdict"] == record["verdict"]
+
+
+def test_frontier_area_by_hand():
+    """Box [0, 2] x [0.9, 1.0] (full model gap 2, utility 1, floor 0.9). Points (1, 1.0) and
+    (0.5, 0.95): gap in [0.5, 1) reaches utility 0.95 (area 0.5 x 0.05), gap in [1, 2) reaches
+    1.0 (area 1 x 0.1); 0.125 / 0.2 = 0.625 of the box. Points outside the box add nothing."""
+    points = [(1.0, 1.0), (0.5, 0.95), (3.0, 1.0), (0.1, 0.5)]
+    area = frontier_area(points, gap_ref=2.0, utility_full=1.0, utility_ratio=0.9)
+    assert area == pytest.approx(0.625)
+    assert frontier_area([(2.5, 1.0)], gap_ref=2.0, utility_full=1.0, utility_ratio=0.9) == 0.0
+    # a dominated point changes nothing; a better one adds
+    assert frontier_area(points + [(1.5, 0.92)], 2.0, 1.0, 0.9) == pytest.approx(0.625)
+    assert frontier_area(points + [(0.0, 1.0)], 2.0, 1.0, 0.9) > 0.625

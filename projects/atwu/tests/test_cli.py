@@ -98,7 +98,12 @@ def test_reproduce_quick_writes_a_judged_schema_2_record(tmp_path, monkeypatch):
     assert record["metrics"]["annotator_oracle"]["span_auroc"]["mean"] == 1.0
     evidence = record["evidence"]
     assert evidence["atwu_wall_time_overhead_vs_uniform"] > 1.0  # the JVP and retain gradient
-    assert evidence["scorer_weight_norm_after_unlearning"]["atwu seed 0"] > 0  # it moved
+    assert evidence["scorer_weight_norm_after_unlearning"]["atwu lr 0.0003 seed 0"] > 0  # moved
+    # the frontier: every unlearning update probed (3 updates, frontier_every 1), area reported
+    assert [p[0] for p in evidence["frontier_points"]["atwu seed 0"]] == [1, 2, 3]
+    assert record["metrics"]["full_model"]["frontier_area"]["mean"] == 0.0
+    assert set(evidence["frontier_area_differences"]) >= {"atwu_uniform", "npo", "wga"}
+    assert (tmp_path / "frontier.png").stat().st_size > 0
     assert set(evidence["conflict_scores_by_token_class"]["full model, seed 0"]) == {
         "template", "value", "name", "eos"
     }  # fmt: skip

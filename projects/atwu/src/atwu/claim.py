@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from lightning.pytorch import Trainer
+from lightning.pytorch import Callback, Trainer
 
 from atwu.data import TOKEN_CLASSES, UnlearningDataModule, collate
 from atwu.evaluate import (
@@ -42,7 +42,7 @@ from atwu.evaluate import (
 )
 from atwu.model import UnlearningModule, load_pretrained
 from papers_cli import project_dir_of, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval import contrast_interval, judge, load_claim_spec, run_seeds, tune, write_claim
 from papers_gpu import seed_everything
 
 CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
@@ -71,6 +71,7 @@ METRICS = (
     "forget_quality",
     "forget_rouge",
     "span_auroc",
+    "frontier_area",
     "train_s",
 )
 BASE_SEED = 1000  # the generic corpus of the base model (shared by every seed)
@@ -83,8 +84,9 @@ QUICK_DATA = {
 }
 
 
-def quiet_trainer(max_steps: int) -> Trainer:
+def quiet_trainer(max_steps: int, callbacks=None) -> Trainer:
     return Trainer(
+        callbacks=callbacks,
         accelerator="cpu",
         devices=1,
         max_steps=max_steps,
@@ -164,6 +166,19 @@ class World:
             self.tokenizer.pad_token_id,
         )
         self.retain_batch = collate(self.data.retain_set.examples[:64], self.tokenizer.pad_token_id)
+
+    @torch.no_grad()
+    def frontier_point(self, model) -> tuple[float, float]:
+        """(mean forget_gap on the test items, mean utility): one point of the frontier."""
+        was_training = model.training
+        model.eval()
+        test = answer_token_logprobs(model, self.tokenizer, self.test_items)
+        utility = answer_token_logprobs(model, self.tokenizer, self.utility_items)
+        model.train(was_training)
+        return (
+            float(np.mean(forget_gap(test, self.retain_test))),
+            float(normalised_answer_probability(utility).mean()),
+        )
 
     def evaluate(self, model) -> dict[str, Any]:
         """Every metric of one model (see configs/claim.yaml for the checked ones)."""
@@ -258,12 +273,16 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
         return worlds[seed]
 
     cache: dict[tuple, dict[str, Any]] = {}
+    trajectories: dict[tuple, list[tuple[int, float, float]]] = {}  # (step, forget_gap, utility)
     evidence: dict[str, Any] = {"scorer_weight_norm": {}, "span_auroc_start": {}, "scores": {}}
 
-    def unlearn(subject: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
+    def unlearn(
+        subject: str, params: dict[str, Any], seed: int, evaluate: bool = True
+    ) -> dict[str, Any]:
+        """One unlearning run; every metric when ``evaluate``, else only its frontier points."""
         key = (subject, tuple(sorted(params.items())), seed)
-        if key in cache:
-            return cache[key]
+        if key in cache or (not evaluate and key in trajectories):
+            return cache.get(key, {})
         w = world(seed)
         seed_everything(seed)
         module = UnlearningModule(
@@ -277,9 +296,13 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
             module.build(w.tokenizer, w.data)
             module.reference.load_state_dict(module.model.state_dict())
             evidence["scores"][f"full model, seed {seed}"] = conflict_by_class(module, w)
+        probe = FrontierProbe(w, settings["frontier_every"])
         tick = time.perf_counter()
-        quiet_trainer(settings["unlearn_steps"]).fit(module, w.data)
-        train_s = time.perf_counter() - tick
+        quiet_trainer(settings["unlearn_steps"], callbacks=[probe]).fit(module, w.data)
+        train_s = time.perf_counter() - tick - probe.seconds
+        trajectories[key] = probe.points
+        if not evaluate:
+            return {}
         if subject == "atwu":
             label = f"after unlearning (lr {params.get('lr')}), seed {seed}"
             evidence["scores"][label] = conflict_by_class(module, w)
@@ -291,7 +314,7 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
             relevant = w.forget_batch["relevance"][:, 1:][answer].numpy()
             metrics["span_auroc"] = span_alignment(weights[answer].numpy(), relevant)["auroc"]
         if subject in ("atwu", "atwu_random_features"):
-            evidence["scorer_weight_norm"][f"{subject} seed {seed}"] = float(
+            evidence["scorer_weight_norm"][f"{subject} lr {params.get('lr')} seed {seed}"] = float(
                 module.scorer.linear.weight.detach().norm()
             )
         cache[key] = metrics
@@ -309,10 +332,24 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
     )
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
+        full = world(seed).reference["full_model"]
         if subject == "full_model":  # the model before unlearning: the utility reference
-            return {k: v for k, v in world(seed).reference["full_model"].items()}
-        return unlearn(subject, tuning.best[subject], seed)
+            return {**full, "frontier_area": 0.0}
+        metrics = dict(unlearn(subject, tuning.best[subject], seed))
+        points = []
+        for trial in tuning.trials[subject]:  # every learning rate of the grid, on this seed
+            unlearn(subject, trial["params"], seed, evaluate=False)
+            points += trajectories[(subject, tuple(sorted(trial["params"].items())), seed)]
+        frontiers[f"{subject} seed {seed}"] = points
+        metrics["frontier_area"] = frontier_area(
+            [(gap, util) for _, gap, util in points],
+            gap_ref=float(np.mean(full["forget_gap"])),
+            utility_full=float(np.mean(full["utility"])),
+            utility_ratio=spec.check("keeps_utility").ratio,
+        )
+        return metrics
 
+    frontiers: dict[str, list] = {}
     results = run_seeds(spec, run_one)
     judgement = judge(spec, results)
     timings["finetune_s"] = sum(w.finetune_s for w in worlds.values())
@@ -335,11 +372,93 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
             "atwu_wall_time_overhead_vs_uniform": overhead,
             "scorer_weight_norm_after_unlearning": evidence["scorer_weight_norm"],
             "conflict_scores_by_token_class": evidence["scores"],
+            "frontier_area_differences": frontier_contrasts(results),
+            "frontier_points": frontiers,
             "reference_models": reference,
         },
         notes=notes(overhead),
     )
+    frontier_plot(Path(args.out) / "frontier.png", frontiers, spec.seeds[0])
     return {"verdict": judgement.verdict, "results": results}
+
+
+class FrontierProbe(Callback):
+    """Every ``every`` model updates, the (forget_gap, utility) point of the model being
+    unlearned; its own wall time is kept out of the run's training time."""
+
+    def __init__(self, world: World, every: int) -> None:
+        self.world, self.every = world, every
+        self.points: list[tuple[int, float, float]] = []
+        self.seconds = 0.0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step % self.every == 0:
+            tick = time.perf_counter()
+            gap, util = self.world.frontier_point(pl_module.model)
+            self.points.append((trainer.global_step, gap, util))
+            self.seconds += time.perf_counter() - tick
+
+
+def frontier_area(
+    points: list[tuple[float, float]], gap_ref: float, utility_full: float, utility_ratio: float
+) -> float:
+    """Share of the box [0, gap_ref] x [floor, utility_full], floor = utility_ratio *
+    utility_full, that the (forget_gap, utility) points dominate (lower gap and higher utility
+    are better): the 2-D hypervolume of the frontier, bounded by the full model's gap and the
+    utility floor of keeps_utility. More forgetting at every utility level, a larger area; the
+    full model's own point has area 0."""
+    utility_floor = utility_ratio * utility_full
+    inside = sorted((g, u) for g, u in points if g < gap_ref and u > utility_floor)
+    area, best = 0.0, utility_floor
+    next_gaps = [g for g, _ in inside[1:]] + [gap_ref]
+    for (gap, util), next_gap in zip(inside, next_gaps[: len(inside)], strict=True):
+        best = max(best, util)
+        area += (next_gap - gap) * (best - utility_floor)
+    box = gap_ref * (utility_full - utility_floor)
+    return float(area / box)
+
+
+def frontier_contrasts(results) -> dict[str, dict[str, Any]]:
+    """ATWU's frontier area minus each other subject's, paired over seeds (t interval)."""
+    atwu = results["atwu"]["frontier_area"]
+    return {
+        other: contrast_interval(
+            [(1.0, atwu), (-1.0, results[other]["frontier_area"])], paired=True
+        ).as_dict()
+        for other in results
+        if other not in ("atwu", "full_model") and "frontier_area" in results[other]
+    }
+
+
+def frontier_plot(path: Path, frontiers: dict[str, list], seed: int) -> None:
+    """One seed's (forget_gap, utility) points of every subject (all learning rates, every
+    probe step) and each subject's Pareto front."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), dpi=120)
+    for label, points in frontiers.items():
+        subject, _, s = label.rpartition(" seed ")
+        if int(s) != seed or not points:
+            continue
+        gaps, utils = np.array([p[1] for p in points]), np.array([p[2] for p in points])
+        (dots,) = ax.plot(gaps, utils, ".", alpha=0.4)
+        order = np.argsort(gaps)
+        front = np.maximum.accumulate(utils[order])
+        ax.step(gaps[order], front, where="post", color=dots.get_color(), label=subject)
+    ax.set(
+        xlabel="forget_gap (lower: closer to the retain model)",
+        ylabel="utility",
+        title=f"unlearning frontier, seed {seed} (every lr, every probe step)",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def wall_time_overhead(results) -> float:
