@@ -9,10 +9,13 @@ from atwu.core import (
     answer_logprobs,
     conflict_scores,
     forget_token_loss,
+    masked_mean,
+    masked_ranks,
     normalise_budget,
     npo_token_loss,
     relevance_targets,
     retain_nll,
+    robust_standardise,
     scorer_loss,
     standardise,
     weighted_forget_loss,
@@ -148,3 +151,71 @@ def test_answer_logprobs_score_the_next_token_on_answer_positions_only():
     logp, mask = answer_logprobs(logits, labels)
     torch.testing.assert_close(mask, torch.tensor([[0.0, 1.0, 1.0]]))
     torch.testing.assert_close(logp[0, 1:], torch.stack([logits[0, 1, 3], logits[0, 2, 5]]))
+
+
+# Value tests for the mutation lane's survivors on core.py (see the README's Tests section).
+
+
+def test_masked_mean_of_one_token_is_that_token_and_of_none_is_zero():
+    values = torch.tensor([[4.0, 7.0]])
+    assert masked_mean(values, torch.tensor([[0.0, 1.0]])).item() == 7.0
+    assert masked_mean(values, torch.zeros(1, 2)).item() == 0.0
+
+
+def test_the_default_budget_is_a_mean_weight_of_one():
+    mask = torch.tensor([[1.0, 1.0, 1.0]])
+    normalised = normalise_budget(torch.tensor([[1.0, 2.0, 3.0]]), mask)
+    torch.testing.assert_close(normalised, torch.tensor([[0.5, 1.0, 1.5]]))
+
+
+def test_masked_ranks_by_hand():
+    """Ranks among the masked values scaled to [0, 1] by n - 1; masked-out positions 0."""
+    values = torch.tensor([[0.3, -1.0, 9.0, 0.1, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0]])
+    expected = torch.tensor([[2 / 3, 0.0, 0.0, 1 / 3, 1.0]])
+    torch.testing.assert_close(masked_ranks(values, mask), expected)
+    assert masked_ranks(values, mask).dtype == torch.float32
+    # one masked token: rank 0 (no division by zero)
+    assert masked_ranks(values, torch.tensor([[0.0, 0, 1, 0, 0]])).sum().item() == 0.0
+
+
+def test_robust_standardise_by_hand_ignores_the_outlier():
+    """median 3 and IQR 4 - 2 = 2 of [1, 2, 3, 4, 1000]: the outlier sets neither."""
+    values = torch.tensor([[1.0, 2.0, 3.0, 4.0, 1000.0, -50.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
+    scale = 2.0 / 1.349
+    expected = torch.tensor([[-2 / scale, -1 / scale, 0.0, 1 / scale, 997 / scale, 0.0]])
+    torch.testing.assert_close(robust_standardise(values, mask), expected)
+
+
+@pytest.mark.parametrize("kind", ["z", "robust_z"])
+def test_sigmoid_targets_by_hand(kind):
+    """Eq. 5 / 5b: sigmoid(standardised score / tau) on answer tokens, 0 elsewhere."""
+    scores = torch.tensor([[1.0, 2.0, 3.0, 4.0, 10.0, 7.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 1.0, 0.0]])
+    tau = 0.5
+    kept = scores[0, :5]
+    if kind == "z":
+        centre, scale = kept.mean(), kept.var(unbiased=False).sqrt()
+    else:
+        centre, scale = torch.tensor(3.0), torch.tensor(2.0 / 1.349)  # median, IQR / 1.349
+    expected = torch.sigmoid((scores - centre) / scale / tau) * mask
+    torch.testing.assert_close(relevance_targets(scores, mask, tau, kind), expected)
+
+
+def test_unknown_kinds_and_a_missing_reference_are_clear_errors():
+    logp = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="NPO token loss needs the reference model's log-prob"):
+        forget_token_loss("npo", logp, None, 1.0)
+    with pytest.raises(ValueError, match="forget loss must be 'ga' or 'npo', got 'kl'"):
+        forget_token_loss("kl", logp, logp, 1.0)
+    with pytest.raises(ValueError, match="must be 'rank', 'robust_z' or 'z', got 'softmax'"):
+        relevance_targets(logp, torch.ones(1, 2), 1.0, "softmax")
+
+
+def test_scorer_loss_averages_over_answer_tokens_only():
+    logits = torch.tensor([[0.0, 2.0, -1.0]])
+    targets = torch.tensor([[1.0, 0.0, 0.5]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    expected = (math.log(2) + math.log(1 + math.exp(2.0))) / 2  # BCE of tokens 0 and 1
+    assert scorer_loss(logits, targets, mask).item() == pytest.approx(expected, rel=1e-6)

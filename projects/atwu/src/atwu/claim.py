@@ -345,7 +345,7 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
             [(gap, util) for _, gap, util in points],
             gap_ref=float(np.mean(full["forget_gap"])),
             utility_full=float(np.mean(full["utility"])),
-            utility_ratio=spec.check("keeps_utility").ratio,
+            utility_ratio=settings["utility_ratio"],
         )
         return metrics
 
@@ -405,8 +405,8 @@ def frontier_area(
     """Share of the box [0, gap_ref] x [floor, utility_full], floor = utility_ratio *
     utility_full, that the (forget_gap, utility) points dominate (lower gap and higher utility
     are better): the 2-D hypervolume of the frontier, bounded by the full model's gap and the
-    utility floor of keeps_utility. More forgetting at every utility level, a larger area; the
-    full model's own point has area 0."""
+    utility floor. More forgetting at every utility level, a larger area; the full model's own
+    point has area 0."""
     utility_floor = utility_ratio * utility_full
     inside = sorted((g, u) for g, u in points if g < gap_ref and u > utility_floor)
     area, best = 0.0, utility_floor
