@@ -175,8 +175,12 @@ def test_masked_ranks_by_hand():
     expected = torch.tensor([[2 / 3, 0.0, 0.0, 1 / 3, 1.0]])
     torch.testing.assert_close(masked_ranks(values, mask), expected)
     assert masked_ranks(values, mask).dtype == torch.float32
-    # one masked token: rank 0 (no division by zero)
+    # one masked token: rank 0 (no division by zero); two: 0 and 1
     assert masked_ranks(values, torch.tensor([[0.0, 0, 1, 0, 0]])).sum().item() == 0.0
+    two = masked_ranks(values, torch.tensor([[1.0, 1, 0, 0, 0]]))
+    torch.testing.assert_close(two, torch.tensor([[1.0, 0, 0, 0, 0]]))
+    # float32 targets whatever the scores' precision (float64 scores in gradchecks)
+    assert masked_ranks(values.double(), mask).dtype == torch.float32
 
 
 def test_robust_standardise_by_hand_ignores_the_outlier():
@@ -186,6 +190,9 @@ def test_robust_standardise_by_hand_ignores_the_outlier():
     scale = 2.0 / 1.349
     expected = torch.tensor([[-2 / scale, -1 / scale, 0.0, 1 / scale, 997 / scale, 0.0]])
     torch.testing.assert_close(robust_standardise(values, mask), expected)
+    # a zero IQR (most scores tied): the score above the median stays above it, far out
+    tied = robust_standardise(torch.tensor([[1.0, 1.0, 1.0, 1.0, 5.0]]), torch.ones(1, 5))
+    assert tied[0, 4] > 1e6 and torch.all(tied[0, :4] == 0)
 
 
 @pytest.mark.parametrize("kind", ["z", "robust_z"])
