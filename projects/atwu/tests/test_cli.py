@@ -37,6 +37,7 @@ def test_same_seed_same_metrics_and_unlearning_raises_the_forget_loss(tiny_args)
     assert first["val/forget_nll"] > finetuned_only["val/forget_nll"]
 
 
+@pytest.mark.slow  # 70 s: two fresh interpreters importing torch and Lightning
 def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
     single = tmp_path / "single"
     train([*tiny_args, f"--trainer.default_root_dir={single}"])
