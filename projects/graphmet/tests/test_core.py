@@ -323,3 +323,130 @@ def test_pairing_basis_vectors_is_refused_on_a_laplacian_basis():
     assert resolve_pairing("auto", "laplacian") == "channels"
     with pytest.raises(ConfigError, match="Fourier basis"):
         build_model("graphmet", 2, 8, 1, 16, 4, "modes", "laplacian")
+
+
+def test_oneshot_term_is_the_decoded_k5_forecast_from_lead_two_on():
+    """Eq. G6: L_shot is the weighted MSE of the one-shot forecast K5 at leads 2..N (lead 1 is
+    the first step of L_fcst, which K5 equals there); gamma adds it to the loss, even with
+    alpha = 0, and it is absent for a message-passing model."""
+    clim = 0.3 * torch.randn(64, 2)
+    model = _tiny_model("graphmet", clim)
+    window = torch.randn(2, 4, 64, 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.fill_(0.5)  # a visible step, different per lead
+        terms = training_objective(model, window, 0.0, rollout_steps=2, oneshot_weight=0.7)
+        oneshot = model.rollout_latent(window[:, 0], window[:, 1:])
+        first, _ = model.step(window[:, 0], window[:, 1])
+        plain = training_objective(model, window, 0.0, rollout_steps=2)
+    torch.testing.assert_close(oneshot[:, 0], first)
+    by_hand = weighted_mse(oneshot[:, 1:], window[:, 2:], model.graph.loss_weight)
+    torch.testing.assert_close(terms["shot"], by_hand)
+    torch.testing.assert_close(terms["loss"], terms["fcst"] + 0.7 * terms["shot"])
+    assert "shot" not in plain and plain["loss"] < terms["loss"] - 1e-3
+    gnn = _tiny_model("message_passing")
+    assert "shot" not in training_objective(gnn, window, oneshot_weight=1.0)
+
+
+def test_a_short_run_with_the_oneshot_term_trains_the_long_range_step():
+    """With alpha = 0 only the one-shot term G6 gives K5's multi-lead forecast a gradient: the
+    same 40 Adam steps from the same start leave K5's leads 2..3 worse without it."""
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(4, 1, 64, 2, generator=gen)
+    window = torch.cat([start * 0.8**t for t in range(4)], 1)  # decaying anomalies
+    errors = {}
+    for gamma in (0.0, 1.0):
+        model = _tiny_model("graphmet", seed=1)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for _ in range(40):
+            loss = training_objective(model, window, 0.0, rollout_steps=1, oneshot_weight=gamma)
+            opt.zero_grad()
+            loss["loss"].backward()
+            opt.step()
+        with torch.no_grad():
+            oneshot = model.rollout_latent(window[:, 0], window[:, 1:])
+            errors[gamma] = weighted_mse(oneshot[:, 1:], window[:, 2:], model.graph.loss_weight)
+    assert errors[1.0] < 0.8 * errors[0.0]
+
+
+def test_oneshot_rollout_is_lambda_to_the_n_with_the_frame_forced_at_every_lead():
+    """Eq. K5: with Lambda^3 = 1 (rho = 1, omega = 2 pi / 3) the lead-3 one-shot latent is the
+    initial one, so K5 decodes like the encoder-decoder at lead 3 but not at lead 2; the
+    boundary frame is the truth's at every lead; a non-Koopman model is refused."""
+    model = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.zero_()
+        model.processor.operator.frequency.fill_(2 * np.pi / 3)
+        oneshot = model.rollout_latent(initial, forcing)
+        mesh, grid = model.encode(initial, forcing[:, 0])
+        unchanged = [model.finish(initial, mesh, grid, forcing[:, n]) for n in range(3)]
+    assert oneshot.shape == (2, 3, 64, 2)
+    torch.testing.assert_close(oneshot[:, 2], unchanged[2], atol=1e-5, rtol=1e-4)
+    assert (oneshot[:, 1] - unchanged[1]).abs().max() > 1e-3
+    inside = model.graph.interior.bool()[:, 0]
+    torch.testing.assert_close(oneshot[:, :, ~inside], forcing[:, :, ~inside])
+    with pytest.raises(TypeError):
+        _tiny_model("message_passing").rollout_latent(initial, forcing)
+
+
+def test_changing_share_by_hand():
+    """sum_t ||C_t - mean_t C||^2 / sum_t ||C_t||^2 per trajectory: 0 for a constant sequence,
+    1 for one that alternates around zero, 0.2 for the values 1 and 3."""
+    from graphmet.koopman import changing_share
+
+    constant = torch.ones(1, 5, 2, 3)
+    alternating = torch.tensor([1.0, -1.0, 1.0, -1.0]).reshape(1, 4, 1, 1).expand(1, 4, 2, 3)
+    hand = torch.tensor([1.0, 3.0]).reshape(1, 2, 1, 1)
+    assert changing_share(constant).tolist() == [0.0]
+    torch.testing.assert_close(changing_share(alternating), torch.ones(1))
+    torch.testing.assert_close(changing_share(hand), torch.tensor([0.2]))
+    both = torch.cat([hand, 2 * hand])  # per trajectory, invariant to scale
+    torch.testing.assert_close(changing_share(both), torch.tensor([0.2, 0.2]))
+
+
+def test_ensemble_members_are_perturbed_as_in_e1_and_e2(monkeypatch):
+    """Amplitude 0 gives M copies of the deterministic rollout. E1 (message passing): the
+    initial state moves by a s eps on the interior only (std a s per variable). E2 (GraphMet):
+    the first step's coefficients get a sigma_C eps (std a sigma_C), the state is not touched."""
+    from graphmet.core import coefficient_scale, ensemble_rollout
+
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
+    gnn = _tiny_model("message_passing")
+    gnn.graph.increment_scale = torch.tensor([0.5, 2.0])
+    with torch.no_grad():
+        members = ensemble_rollout(gnn, initial, forcing, 3, 0.0, torch.Generator())
+        single, _ = gnn.rollout(initial, forcing)
+    assert members.shape == (2, 3, 3, 64, 2)
+    torch.testing.assert_close(members, single[:, None].expand_as(members))
+
+    seen = {}
+
+    def capture(initial, forcing, perturbation=None):
+        seen.update(initial=initial, perturbation=perturbation)
+        return initial[:, None].expand(-1, forcing.shape[1], -1, -1), None
+
+    monkeypatch.setattr(gnn, "rollout", capture)
+    ensemble_rollout(gnn, initial, forcing, 400, 0.1, torch.Generator().manual_seed(0))
+    moved = (seen["initial"] - initial.repeat_interleave(400, 0)).unflatten(0, (2, 400))
+    inside = gnn.graph.interior.bool()[:, 0]
+    assert moved[:, :, ~inside].abs().max() == 0 and seen["perturbation"] is None
+    spread = moved[:, :, inside].flatten(0, 2).std(0)  # [C]
+    torch.testing.assert_close(spread, torch.tensor([0.05, 0.2]), rtol=0.05, atol=0)
+
+    koopman = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    states = torch.randn(5, 64, 2)
+    with torch.no_grad():
+        scale = coefficient_scale(koopman, states, states)
+        mesh, _ = koopman.encode(states, states)
+        coeffs = koopman.processor.coefficients(
+            mesh, koopman.graph.basis, koopman.reference_latent()
+        )
+    torch.testing.assert_close(scale, coeffs.std(0))
+    monkeypatch.setattr(koopman, "rollout", capture)
+    ensemble_rollout(koopman, initial, forcing, 400, 2.0, torch.Generator().manual_seed(0), scale)
+    torch.testing.assert_close(seen["initial"], initial.repeat_interleave(400, 0))
+    noise = seen["perturbation"]["coefficient_noise"]  # [S * M, m, r]
+    assert noise.shape == (800, *scale.shape)
+    torch.testing.assert_close(
+        noise.std(0) / (2.0 * scale), torch.ones_like(scale), rtol=0.15, atol=0
+    )
