@@ -313,8 +313,9 @@ def training_objective(
     oneshot_weight: float = 0.0,
 ) -> dict[str, torch.Tensor]:
     """Eq. G3: L_fcst over the first R steps of the window (R = ``rollout_steps``, default all),
-    L_koop (Koopman processor) over every lead of the window, L_spec when beta > 0, and for the
-    Koopman processor gamma L_shot (Eq. G6, ``oneshot_weight`` = gamma > 0) over leads 2..N.
+    L_koop and L_geo (Koopman processor, alpha > 0) over every lead of the window, L_spec when
+    beta > 0, and for the Koopman processor gamma L_shot (Eq. G6, ``oneshot_weight`` = gamma > 0)
+    over leads 2..N.
 
     The Koopman terms encode the true states x_0..x_N of the window, each with the boundary
     forcing of the next state (the last one with its own)."""
@@ -335,7 +336,7 @@ def training_objective(
     if spectral_weight > 0:
         terms["spec"] = spectral_amplitude_loss(prediction, target, model.graph)
         terms["loss"] = terms["loss"] + spectral_weight * terms["spec"]
-    if model.is_koopman:
+    if model.is_koopman and alpha > 0:  # alpha = 0: K6-K7 add no gradient, skip their cost
         processor, basis = model.processor, model.graph.basis
         encoded = [encoded_now] + [
             model.encode(window[:, n, :, :channels], window[:, min(n + 1, length - 1)])[0]
@@ -345,12 +346,12 @@ def training_objective(
         terms["koop"] = koopman_loss(processor.operator, coefficients)
         terms["geo"] = geometry_loss(processor.lift, processor.lower)
         terms["loss"] = terms["loss"] + alpha * (terms["koop"] + lambda_geo * terms["geo"])
-        if oneshot_weight > 0 and length > 2:
-            oneshot = model.rollout_latent(window[:, 0, :, :channels], forcing, reference)
-            terms["shot"] = weighted_mse(
-                oneshot[:, 1:], window[:, 2:, :, :channels], model.graph.loss_weight
-            )
-            terms["loss"] = terms["loss"] + oneshot_weight * terms["shot"]
+    if model.is_koopman and oneshot_weight > 0 and length > 2:
+        oneshot = model.rollout_latent(window[:, 0, :, :channels], forcing, reference)
+        terms["shot"] = weighted_mse(
+            oneshot[:, 1:], window[:, 2:, :, :channels], model.graph.loss_weight
+        )
+        terms["loss"] = terms["loss"] + oneshot_weight * terms["shot"]
     if steps == 0:
         raise ValueError("the window needs at least two states")
     return terms
