@@ -10,6 +10,7 @@ from graphmet.koopman import (
     dirichlet_energy,
     geometry_loss,
     koopman_loss,
+    relative_move,
 )
 from graphmet.mesh import fourier_basis, periodic_graph
 
@@ -450,3 +451,76 @@ def test_ensemble_members_are_perturbed_as_in_e1_and_e2(monkeypatch):
     torch.testing.assert_close(
         noise.std(0) / (2.0 * scale), torch.ones_like(scale), rtol=0.15, atol=0
     )
+
+
+def test_weighted_mse_relative_move_and_geometry_loss_by_hand():
+    """Eq. G4's inner term, ||H' - H|| / ||H|| and K7 on numbers small enough to do by hand."""
+    prediction = torch.tensor([[[1.0, 3.0], [0.0, 0.0]]])  # [1, G=2, C=2]
+    target = torch.zeros(1, 2, 2)
+    weight = torch.tensor([3.0, 1.0])
+    # squared error per point: mean_c = (1 + 9) / 2 = 5 at g = 0, 0 at g = 1 -> 3 * 5 / 4
+    torch.testing.assert_close(weighted_mse(prediction, target, weight), torch.tensor(3.75))
+    before = torch.tensor([[[3.0, 4.0]], [[1.0, 0.0]]])  # norms 5 and 1
+    after = before + torch.tensor([[[0.0, 1.0]], [[0.0, 2.0]]])
+    torch.testing.assert_close(relative_move(before, after), torch.tensor([0.2, 2.0]))
+    lift = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # A^T A = diag(4, 1)
+    lower = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # B A = diag(2, 1)
+    torch.testing.assert_close(geometry_loss(lift, lower), torch.tensor(9.0 + 1.0))
+
+
+def test_dirichlet_energy_of_a_path_graph_by_hand():
+    """tr(H^T L H) / tr(H^T H), L = I - D^-1/2 A D^-1/2 on the path 0-1-2 (degrees 1, 2, 1):
+    0 for H = D^1/2 1, 2 (the maximum) for the alternating field on one edge, and
+    2 (1 - 1/sqrt 2)^2 / 3 for the constant field (not 0: the degrees differ)."""
+    path = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    fields = torch.tensor([[1.0, 2**0.5, 1.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])[..., None]
+    expected = torch.tensor([0.0, 2 * (1 - 2**-0.5) ** 2 / 3, 1.0])
+    torch.testing.assert_close(dirichlet_energy(fields, path, 3), expected)
+    edge = torch.tensor([[0, 1], [1, 0]])
+    alternating = torch.tensor([[[1.0], [-1.0]]])
+    torch.testing.assert_close(dirichlet_energy(alternating, edge, 2), torch.tensor([2.0]))
+
+
+def test_rollout_perturbs_the_first_step_only_and_rotates_phases_at_every_step():
+    """GraphMet's rollout: coefficient noise (E2) enters the first step only, phase noise every
+    step; with diagnostics it returns each step's latent Dirichlet energy [B, T]."""
+    model = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
+    modes, rank = model.graph.basis.shape[1], model.processor.lift.shape[1]
+    noise = {"coefficient_noise": torch.randn(2, modes, rank)}
+    phase = 0.5 * torch.randn(2, modes, rank // 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.fill_(0.3)
+        reference = model.reference_latent()
+        out, energy = model.rollout(initial, forcing, noise, phase, diagnostics=True)
+        state, by_hand, energies = initial, [], []
+        for t in range(3):
+            extra = {"phase_noise": phase, **(noise if t == 0 else {})}
+            state, latents = model.step(state, forcing[:, t], extra, reference)
+            by_hand.append(state)
+            energies.append(
+                dirichlet_energy(latents["processed"], model.graph.mesh_edges, model.graph.num_mesh)
+            )
+        plain, none = model.rollout(initial, forcing)
+    torch.testing.assert_close(out, torch.stack(by_hand, 1))
+    torch.testing.assert_close(energy, torch.stack(energies, 1))
+    assert energy.shape == (2, 3) and none is None
+    assert (out - plain)[:, 0].abs().max() > 1e-4  # the noise acts
+
+
+def test_graph_buffers_defaults_and_the_scored_weights():
+    """No climatology: a zero anomaly origin; no scale: s = 1; the loss weight is the area
+    weight on the interior and 0 on the forced frame; interior_index lists the interior."""
+    from graphmet.mesh import regional_graph
+
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    buffers = GraphBuffers(graph)
+    assert buffers.climatology.shape == (64, 1) and buffers.climatology.abs().max() == 0
+    torch.testing.assert_close(buffers.increment_scale, torch.ones(1))
+    inside = torch.from_numpy(graph.interior)
+    area = torch.from_numpy(graph.area_weight).float()
+    torch.testing.assert_close(buffers.loss_weight.float(), area * inside)
+    assert buffers.interior[:, 0].bool().tolist() == inside.tolist()
+    assert buffers.interior_index.tolist() == np.flatnonzero(graph.interior).tolist()
+    assert buffers.num_mesh == len(graph.mesh_pos) and not buffers.periodic
+    assert buffers.interior_shape == (6, 6)
