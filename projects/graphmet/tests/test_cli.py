@@ -117,6 +117,10 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     evidence = record["evidence"]
     assert evidence["encoder_decoder"]["processor_move"] == 0
     assert 0 <= evidence["graphmet"]["changing_share"] <= 1
+    for subject in ("graphmet", "gnn4"):  # ensembles, amplitudes chosen from the grid
+        ensemble = evidence[subject]["ensemble"]
+        assert ensemble["amplitude_per_seed"][0] in ensemble["amplitude_grid"]
+        assert ensemble["crps"] > 0 and ensemble["spread_skill"] >= 0
     for name in ("claim.md", "rmse_vs_lead.png", "activity_vs_lead.png", "r_hi_vs_lead.png"):
         assert (tmp_path / name).is_file(), name
 

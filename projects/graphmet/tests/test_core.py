@@ -10,6 +10,7 @@ from graphmet.koopman import (
     dirichlet_energy,
     geometry_loss,
     koopman_loss,
+    relative_move,
 )
 from graphmet.mesh import fourier_basis, periodic_graph
 
@@ -323,3 +324,222 @@ def test_pairing_basis_vectors_is_refused_on_a_laplacian_basis():
     assert resolve_pairing("auto", "laplacian") == "channels"
     with pytest.raises(ConfigError, match="Fourier basis"):
         build_model("graphmet", 2, 8, 1, 16, 4, "modes", "laplacian")
+
+
+def test_oneshot_term_is_the_decoded_k5_forecast_from_lead_two_on():
+    """Eq. G6: L_shot is the weighted MSE of the one-shot forecast K5 at leads 2..N (lead 1 is
+    the first step of L_fcst, which K5 equals there); gamma adds it to the loss, even with
+    alpha = 0, and it is absent for a message-passing model."""
+    clim = 0.3 * torch.randn(64, 2)
+    model = _tiny_model("graphmet", clim)
+    window = torch.randn(2, 4, 64, 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.fill_(0.5)  # a visible step, different per lead
+        terms = training_objective(model, window, 0.0, rollout_steps=2, oneshot_weight=0.7)
+        oneshot = model.rollout_latent(window[:, 0], window[:, 1:])
+        first, _ = model.step(window[:, 0], window[:, 1])
+        plain = training_objective(model, window, 0.0, rollout_steps=2)
+    torch.testing.assert_close(oneshot[:, 0], first)
+    by_hand = weighted_mse(oneshot[:, 1:], window[:, 2:], model.graph.loss_weight)
+    torch.testing.assert_close(terms["shot"], by_hand)
+    torch.testing.assert_close(terms["loss"], terms["fcst"] + 0.7 * terms["shot"])
+    assert "shot" not in plain and plain["loss"] < terms["loss"] - 1e-3
+    gnn = _tiny_model("message_passing")
+    assert "shot" not in training_objective(gnn, window, oneshot_weight=1.0)
+
+
+def test_a_short_run_with_the_oneshot_term_trains_the_long_range_step():
+    """With alpha = 0 only the one-shot term G6 gives K5's multi-lead forecast a gradient: the
+    same 40 Adam steps from the same start leave K5's leads 2..3 worse without it."""
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(4, 1, 64, 2, generator=gen)
+    window = torch.cat([start * 0.8**t for t in range(4)], 1)  # decaying anomalies
+    errors = {}
+    for gamma in (0.0, 1.0):
+        model = _tiny_model("graphmet", seed=1)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for _ in range(40):
+            loss = training_objective(model, window, 0.0, rollout_steps=1, oneshot_weight=gamma)
+            opt.zero_grad()
+            loss["loss"].backward()
+            opt.step()
+        with torch.no_grad():
+            oneshot = model.rollout_latent(window[:, 0], window[:, 1:])
+            errors[gamma] = weighted_mse(oneshot[:, 1:], window[:, 2:], model.graph.loss_weight)
+    assert errors[1.0] < 0.8 * errors[0.0]
+
+
+def test_oneshot_rollout_is_lambda_to_the_n_with_the_frame_forced_at_every_lead():
+    """Eq. K5: with Lambda^3 = 1 (rho = 1, omega = 2 pi / 3) the lead-3 one-shot latent is the
+    initial one, so K5 decodes like the encoder-decoder at lead 3 but not at lead 2; the
+    boundary frame is the truth's at every lead; a non-Koopman model is refused."""
+    model = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.zero_()
+        model.processor.operator.frequency.fill_(2 * np.pi / 3)
+        oneshot = model.rollout_latent(initial, forcing)
+        mesh, grid = model.encode(initial, forcing[:, 0])
+        unchanged = [model.finish(initial, mesh, grid, forcing[:, n]) for n in range(3)]
+    assert oneshot.shape == (2, 3, 64, 2)
+    torch.testing.assert_close(oneshot[:, 2], unchanged[2], atol=1e-5, rtol=1e-4)
+    assert (oneshot[:, 1] - unchanged[1]).abs().max() > 1e-3
+    inside = model.graph.interior.bool()[:, 0]
+    torch.testing.assert_close(oneshot[:, :, ~inside], forcing[:, :, ~inside])
+    with pytest.raises(TypeError):
+        _tiny_model("message_passing").rollout_latent(initial, forcing)
+
+
+def test_changing_share_by_hand():
+    """sum_t ||C_t - mean_t C||^2 / sum_t ||C_t||^2 per trajectory: 0 for a constant sequence,
+    1 for one that alternates around zero, 0.2 for the values 1 and 3."""
+    from graphmet.koopman import changing_share
+
+    constant = torch.ones(1, 5, 2, 3)
+    alternating = torch.tensor([1.0, -1.0, 1.0, -1.0]).reshape(1, 4, 1, 1).expand(1, 4, 2, 3)
+    hand = torch.tensor([1.0, 3.0]).reshape(1, 2, 1, 1)
+    assert changing_share(constant).tolist() == [0.0]
+    torch.testing.assert_close(changing_share(alternating), torch.ones(1))
+    torch.testing.assert_close(changing_share(hand), torch.tensor([0.2]))
+    both = torch.cat([hand, 2 * hand])  # per trajectory, invariant to scale
+    torch.testing.assert_close(changing_share(both), torch.tensor([0.2, 0.2]))
+
+
+def test_ensemble_members_are_perturbed_as_in_e1_and_e2(monkeypatch):
+    """Amplitude 0 gives M copies of the deterministic rollout. E1 (message passing): the
+    initial state moves by a s eps on the interior only (std a s per variable). E2 (GraphMet):
+    the first step's coefficients get a sigma_C eps (std a sigma_C), the state is not touched."""
+    from graphmet.core import coefficient_scale, ensemble_rollout
+
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
+    gnn = _tiny_model("message_passing")
+    gnn.graph.increment_scale = torch.tensor([0.5, 2.0])
+    with torch.no_grad():
+        members = ensemble_rollout(gnn, initial, forcing, 3, 0.0, torch.Generator())
+        single, _ = gnn.rollout(initial, forcing)
+    assert members.shape == (2, 3, 3, 64, 2)
+    torch.testing.assert_close(members, single[:, None].expand_as(members))
+
+    seen = {}
+
+    def capture(initial, forcing, perturbation=None):
+        seen.update(initial=initial, perturbation=perturbation)
+        return initial[:, None].expand(-1, forcing.shape[1], -1, -1), None
+
+    monkeypatch.setattr(gnn, "rollout", capture)
+    ensemble_rollout(gnn, initial, forcing, 400, 0.1, torch.Generator().manual_seed(0))
+    moved = (seen["initial"] - initial.repeat_interleave(400, 0)).unflatten(0, (2, 400))
+    inside = gnn.graph.interior.bool()[:, 0]
+    assert moved[:, :, ~inside].abs().max() == 0 and seen["perturbation"] is None
+    spread = moved[:, :, inside].flatten(0, 2).std(0)  # [C]
+    torch.testing.assert_close(spread, torch.tensor([0.05, 0.2]), rtol=0.05, atol=0)
+
+    koopman = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    states = torch.randn(5, 64, 2)
+    with torch.no_grad():
+        scale = coefficient_scale(koopman, states, states)
+        mesh, _ = koopman.encode(states, states)
+        coeffs = koopman.processor.coefficients(
+            mesh, koopman.graph.basis, koopman.reference_latent()
+        )
+    torch.testing.assert_close(scale, coeffs.std(0))
+    monkeypatch.setattr(koopman, "rollout", capture)
+    ensemble_rollout(koopman, initial, forcing, 400, 2.0, torch.Generator().manual_seed(0), scale)
+    torch.testing.assert_close(seen["initial"], initial.repeat_interleave(400, 0))
+    noise = seen["perturbation"]["coefficient_noise"]  # [S * M, m, r]
+    assert noise.shape == (800, *scale.shape)
+    torch.testing.assert_close(
+        noise.std(0) / (2.0 * scale), torch.ones_like(scale), rtol=0.15, atol=0
+    )
+
+
+def test_weighted_mse_relative_move_and_geometry_loss_by_hand():
+    """Eq. G4's inner term, ||H' - H|| / ||H|| and K7 on numbers small enough to do by hand."""
+    prediction = torch.tensor([[[1.0, 3.0], [0.0, 0.0]]])  # [1, G=2, C=2]
+    target = torch.zeros(1, 2, 2)
+    weight = torch.tensor([3.0, 1.0])
+    # squared error per point: mean_c = (1 + 9) / 2 = 5 at g = 0, 0 at g = 1 -> 3 * 5 / 4
+    torch.testing.assert_close(weighted_mse(prediction, target, weight), torch.tensor(3.75))
+    before = torch.tensor([[[3.0, 4.0]], [[1.0, 0.0]]])  # norms 5 and 1
+    after = before + torch.tensor([[[0.0, 1.0]], [[0.0, 2.0]]])
+    torch.testing.assert_close(relative_move(before, after), torch.tensor([0.2, 2.0]))
+    lift = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # A^T A = diag(4, 1)
+    lower = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # B A = diag(2, 1)
+    torch.testing.assert_close(geometry_loss(lift, lower), torch.tensor(9.0 + 1.0))
+
+
+def test_dirichlet_energy_of_a_path_graph_by_hand():
+    """tr(H^T L H) / tr(H^T H), L = I - D^-1/2 A D^-1/2 on the path 0-1-2 (degrees 1, 2, 1):
+    0 for H = D^1/2 1, 2 (the maximum) for the alternating field on one edge, and
+    2 (1 - 1/sqrt 2)^2 / 3 for the constant field (not 0: the degrees differ)."""
+    path = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    fields = torch.tensor([[1.0, 2**0.5, 1.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])[..., None]
+    expected = torch.tensor([0.0, 2 * (1 - 2**-0.5) ** 2 / 3, 1.0])
+    torch.testing.assert_close(dirichlet_energy(fields, path, 3), expected)
+    edge = torch.tensor([[0, 1], [1, 0]])
+    alternating = torch.tensor([[[1.0], [-1.0]]])
+    torch.testing.assert_close(dirichlet_energy(alternating, edge, 2), torch.tensor([2.0]))
+
+
+def test_rollout_perturbs_the_first_step_only_and_rotates_phases_at_every_step():
+    """GraphMet's rollout: coefficient noise (E2) enters the first step only, phase noise every
+    step; with diagnostics it returns each step's latent Dirichlet energy [B, T]."""
+    model = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
+    modes, rank = model.graph.basis.shape[1], model.processor.lift.shape[1]
+    noise = {"coefficient_noise": torch.randn(2, modes, rank)}
+    phase = 0.5 * torch.randn(2, modes, rank // 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.fill_(0.3)
+        reference = model.reference_latent()
+        out, energy = model.rollout(initial, forcing, noise, phase, diagnostics=True)
+        state, by_hand, energies = initial, [], []
+        for t in range(3):
+            extra = {"phase_noise": phase, **(noise if t == 0 else {})}
+            state, latents = model.step(state, forcing[:, t], extra, reference)
+            by_hand.append(state)
+            energies.append(
+                dirichlet_energy(latents["processed"], model.graph.mesh_edges, model.graph.num_mesh)
+            )
+        plain, none = model.rollout(initial, forcing)
+    torch.testing.assert_close(out, torch.stack(by_hand, 1))
+    torch.testing.assert_close(energy, torch.stack(energies, 1))
+    assert energy.shape == (2, 3) and none is None
+    assert (out - plain)[:, 0].abs().max() > 1e-4  # the noise acts
+
+
+def test_graph_buffers_defaults_and_the_scored_weights():
+    """No climatology: a zero anomaly origin; no scale: s = 1; the loss weight is the area
+    weight on the interior and 0 on the forced frame; interior_index lists the interior."""
+    from graphmet.mesh import regional_graph
+
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    buffers = GraphBuffers(graph)
+    assert buffers.climatology.shape == (64, 1) and buffers.climatology.abs().max() == 0
+    torch.testing.assert_close(buffers.increment_scale, torch.ones(1))
+    inside = torch.from_numpy(graph.interior)
+    area = torch.from_numpy(graph.area_weight).float()
+    torch.testing.assert_close(buffers.loss_weight.float(), area * inside)
+    assert buffers.interior[:, 0].bool().tolist() == inside.tolist()
+    assert buffers.interior_index.tolist() == np.flatnonzero(graph.interior).tolist()
+    assert buffers.num_mesh == len(graph.mesh_pos) and not buffers.periodic
+    assert buffers.interior_shape == (6, 6)
+
+
+def test_an_ensemble_is_reproducible_from_its_seeded_generator_and_small_shares_are_exact():
+    """E1 draws its noise from the given generator: the same seed gives the same members, another
+    seed others. changing_share is a ratio at any scale (no clamp effect above 1e-12)."""
+    from graphmet.core import ensemble_rollout
+    from graphmet.koopman import changing_share
+
+    gnn = _tiny_model("message_passing")
+    initial, forcing = torch.randn(1, 64, 2), torch.randn(1, 2, 64, 2)
+    with torch.no_grad():
+        runs = [
+            ensemble_rollout(gnn, initial, forcing, 2, 0.5, torch.Generator().manual_seed(s))
+            for s in (3, 3, 4)
+        ]
+    torch.testing.assert_close(runs[0], runs[1])
+    assert (runs[0] - runs[2]).abs().max() > 1e-4
+    tiny = 1e-3 * torch.tensor([1.0, 3.0]).reshape(1, 2, 1, 1)
+    torch.testing.assert_close(changing_share(tiny), torch.tensor([0.2]))

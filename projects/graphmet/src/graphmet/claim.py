@@ -1,7 +1,7 @@
 """The claim experiment (`uv run reproduce`), under the protocol of configs/claim.yaml.
 
-Subjects (every one on every seed; the seed sets the simulated data, the initialisation and the
-batch order):
+Subjects (those configs/claim.yaml lists, every one on every seed; the seed sets the simulated
+data, the initialisation and the batch order):
 
 - ``graphmet`` (the method, trained by the forecast loss: alpha = 0, see configs/claim.yaml),
   ``graphmet_two_term`` (the same with the reconstructed two-term spectral objective K6 + K7,
@@ -36,10 +36,15 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from graphmet.baselines import climatology, persistence
 from graphmet.cli import GraphmetCLI
-from graphmet.core import GraphWeatherModel, interior_images
+from graphmet.core import (
+    GraphWeatherModel,
+    coefficient_scale,
+    ensemble_rollout,
+    interior_images,
+)
 from graphmet.data import GraphmetDataModule
 from graphmet.koopman import changing_share, dirichlet_energy, koopman_loss, relative_move
-from graphmet.metrics import isotropic_spectrum, weighted_variance
+from graphmet.metrics import crps_ensemble, isotropic_spectrum, spread_skill, weighted_variance
 from graphmet.model import GraphmetModule, build_model
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, line_plot, load_claim_spec, run_seeds, tune, write_claim
@@ -60,6 +65,8 @@ TRAINED = {
     "advect_gnn4": ("advect", {"model.processor": "message_passing", "model.depth": 4}),
 }
 REFERENCE_ONLY = ("persistence", "climatology")
+# Trained forecasters of KolmoWeather whose validation RMSE sets the skilful leads L.
+FORECASTERS = ("graphmet", "graphmet_two_term", "gnn4", "gnn1", "gnn4_spectral")
 SUBJECTS = (*TRAINED, *REFERENCE_ONLY)
 METRICS = (
     "rmse_skill_vs_gnn4",
@@ -149,7 +156,39 @@ def train_and_score(job: dict[str, Any]) -> dict[str, Any]:
         if net.is_koopman:
             oneshot = net.rollout_latent(test[:, 0], test[:, 1:])
             out["oneshot_sq_err"] = forecast_terms(oneshot, test[:, 1:], net)["sq_err"]
+        ensembles = settings.get("ensemble") or {}
+        if subject in ensembles.get("subjects", ()):
+            out["ensemble"] = ensemble_scores(net, val, test, ensembles, seed)
     return out
+
+
+def ensemble_scores(net, val, test, spec: dict, seed: int) -> dict[str, Any]:
+    """Ensembles of ``spec['members']`` (Eq. E1, or E2 for GraphMet, sigma_C from the validation
+    initial states): the amplitude is the one of ``spec['amplitudes']`` with the lowest
+    validation CRPS over all leads (every amplitude sees the same noise); the test windows are
+    then scored with it: CRPS (M4) and spread/skill (M5) per lead, mean over variables."""
+    scale = coefficient_scale(net, val[:, 0], val[:, 1]) if net.is_koopman else None
+    weight, channels = net.graph.loss_weight, net.channels
+
+    def members(windows, amplitude):
+        generator = torch.Generator().manual_seed(seed)
+        return ensemble_rollout(
+            net, windows[:, 0], windows[:, 1:], spec["members"], amplitude, generator, scale
+        )
+
+    val_crps = {
+        a: crps_ensemble(members(val, a), val[:, 1:, :, :channels], weight).mean().item()
+        for a in spec["amplitudes"]
+    }
+    amplitude = min(val_crps, key=val_crps.get)
+    forecast, truth = members(test, amplitude), test[:, 1:, :, :channels]
+    ratio, _, _ = spread_skill(forecast, truth, weight)
+    return {
+        "amplitude": amplitude,
+        "val_crps": val_crps,
+        "crps": crps_ensemble(forecast, truth, weight).mean(-1).numpy(),  # [T]
+        "spread_skill": ratio.mean(-1).numpy(),  # [T]
+    }
 
 
 def forecast_terms(prediction: torch.Tensor, truth: torch.Tensor, net) -> dict[str, np.ndarray]:
@@ -327,7 +366,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         for seed in spec.seeds
         for dataset in ("kolmo", "advect")
     }
-    grids = {s: spec.tuning["per_subject"][s]["model.lr"] for s in TRAINED}
+    trained = [s for s in TRAINED if s in spec.subjects]  # those configs/claim.yaml runs
+    grids = {s: spec.tuning["per_subject"][s]["model.lr"] for s in trained}
     runs: dict[str, dict] = {}
 
     def launch(jobs):
@@ -340,7 +380,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     launch(
         [
             {"subject": s, "params": {"model.lr": lr}, "seed": first, "settings": settings}
-            for s in TRAINED
+            for s in trained
             for lr in grids[s]
         ]
     )
@@ -354,7 +394,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         [
             {"subject": s, "params": tuning.best[s], "seed": seed, "settings": settings}
             for seed in spec.seeds[1:]
-            for s in TRAINED
+            for s in trained
         ]
     )
 
@@ -362,19 +402,19 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     horizon: dict[str, dict[int, int]] = {"kolmo": {}, "advect": {}}
     advect_still: dict[int, dict] = {}
     for seed in spec.seeds:
-        for s in TRAINED:
+        for s in trained:
             chosen[s, seed] = runs[_key(s, tuning.best[s], seed)]
         for name in REFERENCE_ONLY:
             chosen[name, seed] = reference_terms(name, data["kolmo", seed], settings)
         advect_clim = reference_terms("climatology", data["advect", seed], settings)
         advect_still[seed] = reference_terms("persistence", data["advect", seed], settings)
         horizon["kolmo"][seed] = skilful_leads(
-            {s: chosen[s, seed] for s in TRAINED},
-            ["graphmet", "graphmet_two_term", "gnn4", "gnn1", "gnn4_spectral"],
+            {s: chosen[s, seed] for s in trained},
+            [s for s in trained if s in FORECASTERS],
             chosen["climatology", seed],
         )
         horizon["advect"][seed] = skilful_leads(
-            {s: chosen[s, seed] for s in TRAINED}, ["advect_graphmet", "advect_gnn4"], advect_clim
+            {s: chosen[s, seed] for s in trained}, ["advect_graphmet", "advect_gnn4"], advect_clim
         )
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
@@ -387,7 +427,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
 
     results = run_seeds(spec, run_one)
     judgement = judge(spec, results)
-    evidence = _evidence(chosen, spec.seeds, horizon, settings)
+    evidence = _evidence(chosen, spec.seeds, horizon, settings, trained)
     figures = _plots(Path(args.out), chosen, spec.seeds, settings["leads"])
     gm = evidence["graphmet"]
     write_claim(
@@ -406,14 +446,32 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             f"H - E(clim)); {100 * gm['changing_share']:.0f}% of the anomaly coefficients' energy "
             f"changes over a test window; Koopman loss K6 on test states "
             f"{gm['koopman_loss_test']:.3f} (identity step = 1). Skilful leads L per seed: "
-            f"{horizon['kolmo']} (KolmoWeather), {horizon['advect']} (AdvectWeather)."
+            f"{horizon['kolmo']} (KolmoWeather), {horizon['advect']} (AdvectWeather). "
+            f"One-shot K5 forecast RMSE over the skilful leads {gm['oneshot_rmse_skill']:.3f}. "
+            + _ensemble_note(evidence)
         ),
         figures=figures,
     )
     return {"verdict": judgement.verdict, "results": results, "evidence": evidence}
 
 
-def _evidence(chosen, seeds, horizon, settings) -> dict[str, Any]:
+def _ensemble_note(evidence: dict[str, Any]) -> str:
+    """One sentence per ensemble subject: tuned amplitudes, test CRPS and spread/skill."""
+    parts = [
+        f"{subject}: amplitude {e['amplitude_per_seed']}, CRPS {e['crps']:.3f}, "
+        f"spread/skill {e['spread_skill']:.3f} ({e['spread_skill_last_quarter']:.3f} over the "
+        f"last quarter of leads)"
+        for subject, e in ((s, v["ensemble"]) for s, v in evidence.items() if "ensemble" in v)
+    ]
+    if not parts:
+        return ""
+    return "Ensembles (reported, not judged; amplitudes tuned on validation CRPS): " + "; ".join(
+        parts
+    )
+
+
+def _evidence(chosen, seeds, horizon, settings, trained) -> dict[str, Any]:
+    leads = settings["leads"]
     keys = (
         "processor_move",
         "processor_move_of_anomaly",
@@ -425,7 +483,7 @@ def _evidence(chosen, seeds, horizon, settings) -> dict[str, Any]:
         "train_seconds",
     )
     evidence: dict[str, Any] = {}
-    for subject in TRAINED:
+    for subject in trained:
         runs = [chosen[subject, s] for s in seeds]
         evidence[subject] = {k: float(np.mean([r[k] for r in runs])) for k in keys if k in runs[0]}
         if "oneshot_sq_err" in runs[0]:
@@ -438,6 +496,21 @@ def _evidence(chosen, seeds, horizon, settings) -> dict[str, Any]:
                     ]
                 )
             )
+    for subject in (settings.get("ensemble") or {}).get("subjects", ()):
+        runs = [chosen[subject, s]["ensemble"] for s in seeds]
+        evidence[subject]["ensemble"] = {
+            "members": settings["ensemble"]["members"],
+            "amplitude_grid": settings["ensemble"]["amplitudes"],
+            "amplitude_per_seed": [r["amplitude"] for r in runs],
+            "val_crps_per_seed": [{str(a): v for a, v in r["val_crps"].items()} for r in runs],
+            "crps": float(np.mean([r["crps"].mean() for r in runs])),
+            "crps_per_seed": [float(r["crps"].mean()) for r in runs],
+            "spread_skill": float(np.mean([r["spread_skill"].mean() for r in runs])),
+            "spread_skill_per_seed": [float(r["spread_skill"].mean()) for r in runs],
+            "spread_skill_last_quarter": float(
+                np.mean([r["spread_skill"][-max(1, leads // 4) :].mean() for r in runs])
+            ),
+        }
     evidence["skilful_leads"] = {k: {str(s): v for s, v in d.items()} for k, d in horizon.items()}
     return evidence
 
@@ -445,9 +518,8 @@ def _evidence(chosen, seeds, horizon, settings) -> dict[str, Any]:
 def _plots(out: Path, chosen, seeds, leads: int) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     lead = list(range(1, leads + 1))
-    shown = ["graphmet", "graphmet_two_term", "gnn4", "gnn1", "gnn4_spectral"]
-    shown += ["encoder_decoder", "persistence"]
-    shown.append("climatology")
+    shown = [*FORECASTERS, "encoder_decoder", "persistence", "climatology"]
+    shown = [s for s in shown if (s, seeds[0]) in chosen]
 
     def curve(subject, fn):
         return np.mean([fn(chosen[subject, s]["test"]) for s in seeds], 0).tolist()

@@ -30,7 +30,19 @@ the encoded true states of the window, and G5 the FFT-amplitude loss of the base
 passing + spectral loss" (F: 2-D FFT of the scored interior, h: a Hann taper when the interior
 is not periodic); beta = 0 for every other model.
 Long-range propagation: the one-shot latent rollout H_{t+n} = H_t + U(Lambda^n C_t - C_t) B
-(Eq. K5) costs one diagonal multiply per step and member instead of K GNN layers.
+(Eq. K5) costs one diagonal multiply per step and member instead of K GNN layers. It is trained
+by its own decoded multi-lead term (reconstructed; the abstract only says the objective enables
+"efficient long-range propagation"), added to G3 with weight gamma for the Koopman processor:
+
+    L_shot = 1/(N-1) sum_{n=2..N} sum_g w_g ||x0 + s Dec(K5_n(H_0), Z_0) - x_n||^2 / sum_g w_g (G6)
+
+over the N leads of the window; lead 1 is left out, being exactly the first step of L_fcst.
+
+Ensembles of M members (reconstructed): the message-passing models perturb the initial state,
+x_0^m = x_0 + a s * interior * eps^m (E1, in units of the one-step change s); GraphMet perturbs
+its spectral coefficients at the first step, C_0^m = C_0 + a sigma_C * eps^m (E2, sigma_C the
+per-(mode, channel) standard deviation of C over analysis states), eps ~ N(0, 1); the amplitude
+a is a hyper-parameter chosen on validation.
 """
 
 from __future__ import annotations
@@ -212,17 +224,54 @@ class GraphWeatherModel(nn.Module):
                 )
         return torch.stack(outputs, 1), (torch.stack(energy, 1) if diagnostics else None)
 
-    def rollout_latent(self, initial: torch.Tensor, forcing: torch.Tensor) -> torch.Tensor:
+    def rollout_latent(
+        self, initial: torch.Tensor, forcing: torch.Tensor, reference: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Eq. K5, GraphMet only: encode once, propagate C_{t+n} = Lambda^n C_t, decode each
-        lead. The boundary frame is still forced from truth at every lead (Eq. G2)."""
+        lead -> [B, T, G, C]. The boundary frame is still forced from truth at every lead
+        (Eq. G2). ``reference``: Hc, computed here when not given."""
         if not self.is_koopman:
             raise TypeError("one-shot latent propagation needs the Koopman processor")
         mesh, grid = self.encode(initial, forcing[:, 0])
-        reference, outputs = self.reference_latent(), []
+        if reference is None:
+            reference = self.reference_latent()
+        outputs = []
         for n in range(1, forcing.shape[1] + 1):
             processed, _ = self.processor(mesh, self.graph.basis, reference, steps=n)
             outputs.append(self.finish(initial, processed, grid, forcing[:, n - 1]))
         return torch.stack(outputs, 1)
+
+
+def coefficient_scale(model: GraphWeatherModel, states, forcing) -> torch.Tensor:
+    """sigma_C of Eq. E2: the standard deviation of C = U^T (E(x) - Hc) A over the analysis
+    states x [S, G, C] (S >= 2) with their next boundary forcing -> [m, r]."""
+    mesh, _ = model.encode(states, forcing)
+    return model.processor.coefficients(mesh, model.graph.basis, model.reference_latent()).std(0)
+
+
+def ensemble_rollout(
+    model: GraphWeatherModel,
+    initial: torch.Tensor,  # [S, G, C]
+    forcing: torch.Tensor,  # [S, T, G, C + F]
+    members: int,
+    amplitude: float,
+    generator: torch.Generator,
+    mode_scale: torch.Tensor | None = None,  # sigma_C [m, r]: spectral perturbation (E2)
+) -> torch.Tensor:
+    """Eqs. E1 (``mode_scale`` None: perturbed initial state) and E2 (perturbed spectral
+    coefficients of GraphMet's first step): M perturbed rollouts -> [S, M, T, G, C]."""
+    samples = initial.shape[0]
+    initial = initial.repeat_interleave(members, 0)  # member m of sample i at i * M + m
+    forcing = forcing.repeat_interleave(members, 0)
+    perturbation = None
+    if mode_scale is None:
+        noise = torch.randn(initial.shape, generator=generator, dtype=initial.dtype)
+        initial = initial + amplitude * model.graph.increment_scale * model.graph.interior * noise
+    else:
+        noise = torch.randn((len(initial), *mode_scale.shape), generator=generator)
+        perturbation = {"coefficient_noise": amplitude * mode_scale * noise.to(mode_scale)}
+    forecast, _ = model.rollout(initial, forcing, perturbation)
+    return forecast.unflatten(0, (samples, members))
 
 
 def weighted_mse(prediction: torch.Tensor, target: torch.Tensor, weight: torch.Tensor):
@@ -261,9 +310,12 @@ def training_objective(
     lambda_geo: float = 1.0,
     spectral_weight: float = 0.0,
     rollout_steps: int | None = None,
+    oneshot_weight: float = 0.0,
 ) -> dict[str, torch.Tensor]:
     """Eq. G3: L_fcst over the first R steps of the window (R = ``rollout_steps``, default all),
-    L_koop (Koopman processor) over every lead of the window, L_spec when beta > 0.
+    L_koop and L_geo (Koopman processor, alpha > 0) over every lead of the window, L_spec when
+    beta > 0, and for the Koopman processor gamma L_shot (Eq. G6, ``oneshot_weight`` = gamma > 0)
+    over leads 2..N.
 
     The Koopman terms encode the true states x_0..x_N of the window, each with the boundary
     forcing of the next state (the last one with its own)."""
@@ -284,7 +336,7 @@ def training_objective(
     if spectral_weight > 0:
         terms["spec"] = spectral_amplitude_loss(prediction, target, model.graph)
         terms["loss"] = terms["loss"] + spectral_weight * terms["spec"]
-    if model.is_koopman:
+    if model.is_koopman and alpha > 0:  # alpha = 0: K6-K7 add no gradient, skip their cost
         processor, basis = model.processor, model.graph.basis
         encoded = [encoded_now] + [
             model.encode(window[:, n, :, :channels], window[:, min(n + 1, length - 1)])[0]
@@ -294,6 +346,12 @@ def training_objective(
         terms["koop"] = koopman_loss(processor.operator, coefficients)
         terms["geo"] = geometry_loss(processor.lift, processor.lower)
         terms["loss"] = terms["loss"] + alpha * (terms["koop"] + lambda_geo * terms["geo"])
+    if model.is_koopman and oneshot_weight > 0 and length > 2:
+        oneshot = model.rollout_latent(window[:, 0, :, :channels], forcing, reference)
+        terms["shot"] = weighted_mse(
+            oneshot[:, 1:], window[:, 2:, :, :channels], model.graph.loss_weight
+        )
+        terms["loss"] = terms["loss"] + oneshot_weight * terms["shot"]
     if steps == 0:
         raise ValueError("the window needs at least two states")
     return terms

@@ -83,11 +83,13 @@ class GraphmetModule(LightningModule):
         lambda_geo: NonNegativeFloat = 1.0,
         spectral_weight: NonNegativeFloat = 0.0,
         forecast_steps: PositiveInt | None = None,
+        oneshot_weight: NonNegativeFloat = 0.0,
         lr: PositiveFloat = 2e-3,
     ) -> None:
         """``basis`` is linked from data.basis; ``forecast_steps``: steps of the forecast loss
         (default: the whole training window; the Koopman loss always uses every lead);
-        ``spectral_weight``: beta of the FFT-amplitude loss G5 (the spectral-loss baseline)."""
+        ``spectral_weight``: beta of the FFT-amplitude loss G5 (the spectral-loss baseline);
+        ``oneshot_weight``: gamma of the one-shot term G6 (GraphMet only; trains Eq. K5)."""
         super().__init__()
         self.save_hyperparameters()
         self.net = build_model(
@@ -126,7 +128,13 @@ class GraphmetModule(LightningModule):
     def training_step(self, batch, batch_idx):
         h = self.hparams
         terms = training_objective(
-            self.net, batch, h.alpha, h.lambda_geo, h.spectral_weight, h.forecast_steps
+            self.net,
+            batch,
+            h.alpha,
+            h.lambda_geo,
+            h.spectral_weight,
+            h.forecast_steps,
+            h.oneshot_weight,
         )
         for name, value in terms.items():
             self.log(f"train/{name}", value, prog_bar=name == "loss")
