@@ -280,7 +280,7 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
         subject: str, params: dict[str, Any], seed: int, evaluate: bool = True
     ) -> dict[str, Any]:
         """One unlearning run; every metric when ``evaluate``, else only its frontier points."""
-        key = (subject, tuple(sorted(params.items())), seed)
+        key = run_key(subject, params, seed)
         if key in cache or (not evaluate and key in trajectories):
             return cache.get(key, {})
         w = world(seed)
@@ -339,7 +339,7 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
         points = []
         for trial in tuning.trials[subject]:  # every learning rate of the grid, on this seed
             unlearn(subject, trial["params"], seed, evaluate=False)
-            points += trajectories[(subject, tuple(sorted(trial["params"].items())), seed)]
+            points += trajectories[run_key(subject, trial["params"], seed)]
         frontiers[f"{subject} seed {seed}"] = points
         metrics["frontier_area"] = frontier_area(
             [(gap, util) for _, gap, util in points],
@@ -382,6 +382,11 @@ def _run(args, spec, settings, sizes, work: Path, start: float, pool) -> dict[st
     return {"verdict": judgement.verdict, "results": results}
 
 
+def run_key(subject: str, params: dict[str, Any], seed: int) -> tuple:
+    """The key of one unlearning run in the caches of ``_run``."""
+    return (subject, tuple(sorted(params.items())), seed)
+
+
 class FrontierProbe(Callback):
     """Every ``every`` model updates, the (forget_gap, utility) point of the model being
     unlearned; its own wall time is kept out of the run's training time."""
@@ -409,9 +414,11 @@ def frontier_area(
     point has area 0."""
     utility_floor = utility_ratio * utility_full
     inside = sorted((g, u) for g, u in points if g < gap_ref and u > utility_floor)
+    if not inside:
+        return 0.0
     area, best = 0.0, utility_floor
     next_gaps = [g for g, _ in inside[1:]] + [gap_ref]
-    for (gap, util), next_gap in zip(inside, next_gaps[: len(inside)], strict=True):
+    for (gap, util), next_gap in zip(inside, next_gaps, strict=True):
         best = max(best, util)
         area += (next_gap - gap) * (best - utility_floor)
     box = gap_ref * (utility_full - utility_floor)
