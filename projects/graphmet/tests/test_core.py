@@ -2,17 +2,30 @@ import numpy as np
 import pytest
 import torch
 
+# Everything at module level: mutmut forks each mutant from a server that has imported the
+# tests, so an import inside a test (graphmet.model pulls in Lightning, ~15 s) is paid per mutant.
 from graphmet.baselines import MessagePassingProcessor
-from graphmet.core import GraphBuffers, GraphWeatherModel, training_objective, weighted_mse
+from graphmet.core import (
+    GraphBuffers,
+    GraphWeatherModel,
+    coefficient_scale,
+    ensemble_rollout,
+    spectral_amplitude_loss,
+    training_objective,
+    weighted_mse,
+)
 from graphmet.koopman import (
     KoopmanOperator,
     KoopmanProcessor,
+    changing_share,
     dirichlet_energy,
     geometry_loss,
     koopman_loss,
     relative_move,
 )
-from graphmet.mesh import fourier_basis, periodic_graph
+from graphmet.mesh import fourier_basis, periodic_graph, regional_graph
+from graphmet.model import build_model, resolve_pairing
+from papers_cli import ConfigError
 
 
 @pytest.mark.parametrize("pairing", ["modes", "channels"])
@@ -164,8 +177,6 @@ def test_objective_backpropagates_to_every_parameter(processor):
 
 
 def test_boundary_frame_is_forced_from_truth():
-    from graphmet.mesh import regional_graph
-
     torch.manual_seed(0)
     model = GraphWeatherModel(1, 8, MessagePassingProcessor(8, 1))
     model.attach_graph(regional_graph((8, 8), 2, 1, 8, boundary=2))
@@ -206,9 +217,6 @@ def test_koopman_loss_gives_the_encoder_no_reason_to_shrink_the_anomaly():
 
 
 def _tiny_model(processor: str, climatology=None, seed=0):
-    from graphmet.mesh import regional_graph
-    from graphmet.model import build_model
-
     torch.manual_seed(seed)
     graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
     model = build_model(processor, 2, 8, 1, 16, 4, "auto")
@@ -303,9 +311,6 @@ def test_identity_processor_is_the_encoder_decoder_alone():
 
 
 def test_spectral_amplitude_loss_sees_lost_small_scales_and_ignores_a_phase_shift():
-    from graphmet.core import spectral_amplitude_loss
-    from graphmet.mesh import periodic_graph
-
     buffers = GraphBuffers(periodic_graph((8, 8), 8, 1, 8))
     y = torch.arange(8.0)
     field = torch.cos(2 * torch.pi * 3 * y / 8)[None, :] + torch.cos(2 * torch.pi * y / 8)[:, None]
@@ -317,9 +322,6 @@ def test_spectral_amplitude_loss_sees_lost_small_scales_and_ignores_a_phase_shif
 
 
 def test_pairing_basis_vectors_is_refused_on_a_laplacian_basis():
-    from graphmet.model import build_model, resolve_pairing
-    from papers_cli import ConfigError
-
     assert resolve_pairing("auto", "fourier") == "modes"
     assert resolve_pairing("auto", "laplacian") == "channels"
     with pytest.raises(ConfigError, match="Fourier basis"):
@@ -393,7 +395,6 @@ def test_oneshot_rollout_is_lambda_to_the_n_with_the_frame_forced_at_every_lead(
 def test_changing_share_by_hand():
     """sum_t ||C_t - mean_t C||^2 / sum_t ||C_t||^2 per trajectory: 0 for a constant sequence,
     1 for one that alternates around zero, 0.2 for the values 1 and 3."""
-    from graphmet.koopman import changing_share
 
     constant = torch.ones(1, 5, 2, 3)
     alternating = torch.tensor([1.0, -1.0, 1.0, -1.0]).reshape(1, 4, 1, 1).expand(1, 4, 2, 3)
@@ -409,7 +410,6 @@ def test_ensemble_members_are_perturbed_as_in_e1_and_e2(monkeypatch):
     """Amplitude 0 gives M copies of the deterministic rollout. E1 (message passing): the
     initial state moves by a s eps on the interior only (std a s per variable). E2 (GraphMet):
     the first step's coefficients get a sigma_C eps (std a sigma_C), the state is not touched."""
-    from graphmet.core import coefficient_scale, ensemble_rollout
 
     initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
     gnn = _tiny_model("message_passing")
@@ -511,7 +511,6 @@ def test_rollout_perturbs_the_first_step_only_and_rotates_phases_at_every_step()
 def test_graph_buffers_defaults_and_the_scored_weights():
     """No climatology: a zero anomaly origin; no scale: s = 1; the loss weight is the area
     weight on the interior and 0 on the forced frame; interior_index lists the interior."""
-    from graphmet.mesh import regional_graph
 
     graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
     buffers = GraphBuffers(graph)
@@ -529,8 +528,6 @@ def test_graph_buffers_defaults_and_the_scored_weights():
 def test_an_ensemble_is_reproducible_from_its_seeded_generator_and_small_shares_are_exact():
     """E1 draws its noise from the given generator: the same seed gives the same members, another
     seed others. changing_share is a ratio at any scale (no clamp effect above 1e-12)."""
-    from graphmet.core import ensemble_rollout
-    from graphmet.koopman import changing_share
 
     gnn = _tiny_model("message_passing")
     initial, forcing = torch.randn(1, 64, 2), torch.randn(1, 2, 64, 2)
