@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from graphmet.core import (
     GraphWeatherModel,
     coefficient_scale,
     ensemble_rollout,
+    interior_images,
     spectral_amplitude_loss,
     training_objective,
     weighted_mse,
@@ -103,6 +106,9 @@ def test_geometry_loss_is_zero_only_for_an_isometric_lift_with_inverse():
     assert geometry_loss(0.5 * a, a.T) > 0.1  # a shrunk basis is penalised
     gradcheck_a = a.double().requires_grad_()
     assert torch.autograd.gradcheck(lambda x: geometry_loss(x, x.T), (gradcheck_a,))
+    # By hand, r = 3: B A = I / 2 gives 3 * (1/2)^2; 2A with B = A^T: 3 * 3^2 + 3 * 1^2.
+    torch.testing.assert_close(geometry_loss(a, 0.5 * a.T), torch.tensor(0.75))
+    torch.testing.assert_close(geometry_loss(2.0 * a, a.T), torch.tensor(30.0))
 
 
 def _high_frequency_share(h: torch.Tensor, vecs: torch.Tensor) -> float:
@@ -319,6 +325,39 @@ def test_spectral_amplitude_loss_sees_lost_small_scales_and_ignores_a_phase_shif
     smooth = torch.cos(2 * torch.pi * y / 8)[:, None].expand(8, 8).reshape(1, 64, 1)
     assert spectral_amplitude_loss(shifted, truth, buffers) < 1e-6
     assert spectral_amplitude_loss(smooth, truth, buffers) > 0.3
+
+
+def test_spectral_amplitude_loss_is_relative_to_the_truths_spectrum():
+    """Eq. G5 divides by the truth's spectral energy: a zero forecast scores exactly 1 on either
+    grid (Parseval), and scaling forecast and truth together leaves the loss unchanged."""
+    torch.manual_seed(0)
+    for graph in (periodic_graph((8, 8), 8, 1, 8), regional_graph((8, 8), 1, 2, 16, boundary=1)):
+        buffers = GraphBuffers(graph)
+        truth, forecast = torch.randn(3, 64, 2), torch.randn(3, 64, 2)
+        zero = spectral_amplitude_loss(torch.zeros_like(truth), 5.0 * truth, buffers)
+        torch.testing.assert_close(zero, torch.tensor(1.0))
+        torch.testing.assert_close(
+            spectral_amplitude_loss(4.0 * forecast, 4.0 * truth, buffers),
+            spectral_amplitude_loss(forecast, truth, buffers),
+        )
+
+
+def test_interior_images_lay_out_the_interior_row_major_and_refuse_a_non_planar_grid():
+    """[S, T, G, C] -> [S, T, C, ny, nx]: pixel (i, j) of variable c is grid node (i + 1) * 8 +
+    (j + 1) of the 8 x 8 regional grid with a one-cell frame; a grid whose interior is not a
+    rectangle is refused by name."""
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    fields = torch.arange(2 * 3 * 64 * 2, dtype=torch.float32).reshape(2, 3, 64, 2)
+    images = interior_images(fields, GraphBuffers(graph))
+    assert images.shape == (2, 3, 2, 6, 6)
+    rows = torch.arange(6)[:, None] + 1
+    nodes = (rows * 8 + rows.T).reshape(-1)  # (i + 1) * 8 + (j + 1), row-major
+    expected = fields[:, :, nodes, :].movedim(-1, 2).reshape(2, 3, 2, 6, 6)
+    torch.testing.assert_close(images, expected)
+    assert images[1, 2, 1, 0, 5].item() == fields[1, 2, 1 * 8 + 6, 1].item()
+    flat = GraphBuffers(dataclasses.replace(graph, interior_shape=None))
+    with pytest.raises(ValueError, match="not a rectangle"):
+        interior_images(fields, flat)
 
 
 def test_pairing_basis_vectors_is_refused_on_a_laplacian_basis():
@@ -540,3 +579,35 @@ def test_an_ensemble_is_reproducible_from_its_seeded_generator_and_small_shares_
     assert (runs[0] - runs[2]).abs().max() > 1e-4
     tiny = 1e-3 * torch.tensor([1.0, 3.0]).reshape(1, 2, 1, 1)
     torch.testing.assert_close(changing_share(tiny), torch.tensor([0.2]))
+
+
+def test_ensemble_members_are_the_rollouts_of_the_drawn_perturbations():
+    """E1: member m of sample i starts from x_i + a * s * interior * z with z drawn from the
+    generator; E2: GraphMet's first step gets a * sigma_C * z on its coefficients. Each member
+    is exactly the deterministic rollout of that perturbation, and E2 is reproducible from its
+    seeded generator (the same seed: the same members; another seed: others)."""
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 2, 64, 2)
+    start, frame = initial.repeat_interleave(3, 0), forcing.repeat_interleave(3, 0)
+    gnn = _tiny_model("message_passing")
+    gnn.graph.increment_scale = torch.tensor([0.5, 2.0])
+    with torch.no_grad():
+        members = ensemble_rollout(gnn, initial, forcing, 3, 0.7, torch.Generator().manual_seed(5))
+        z = torch.randn(start.shape, generator=torch.Generator().manual_seed(5))
+        moved = start + 0.7 * gnn.graph.increment_scale * gnn.graph.interior * z
+        by_hand, _ = gnn.rollout(moved, frame)
+    torch.testing.assert_close(members, by_hand.unflatten(0, (2, 3)))
+
+    koopman = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    with torch.no_grad():
+        scale = coefficient_scale(koopman, initial, forcing[:, 0])
+        runs = [
+            ensemble_rollout(
+                koopman, initial, forcing, 3, 0.7, torch.Generator().manual_seed(g), scale
+            )
+            for g in (5, 5, 6)
+        ]
+        z = torch.randn((6, *scale.shape), generator=torch.Generator().manual_seed(5))
+        by_hand, _ = koopman.rollout(start, frame, {"coefficient_noise": 0.7 * scale * z})
+    torch.testing.assert_close(runs[0], by_hand.unflatten(0, (2, 3)))
+    torch.testing.assert_close(runs[0], runs[1])
+    assert (runs[0] - runs[2]).abs().max() > 1e-4
