@@ -427,7 +427,7 @@ def test_oneshot_rollout_is_lambda_to_the_n_with_the_frame_forced_at_every_lead(
     assert (oneshot[:, 1] - unchanged[1]).abs().max() > 1e-3
     inside = model.graph.interior.bool()[:, 0]
     torch.testing.assert_close(oneshot[:, :, ~inside], forcing[:, :, ~inside])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="needs the Koopman processor"):
         _tiny_model("message_passing").rollout_latent(initial, forcing)
 
 
@@ -518,6 +518,8 @@ def test_dirichlet_energy_of_a_path_graph_by_hand():
     edge = torch.tensor([[0, 1], [1, 0]])
     alternating = torch.tensor([[[1.0], [-1.0]]])
     torch.testing.assert_close(dirichlet_energy(alternating, edge, 2), torch.tensor([2.0]))
+    # A Rayleigh quotient: the scale of the latent drops out (no clamp effect above 1e-12).
+    torch.testing.assert_close(dirichlet_energy(1e-3 * fields, path, 3), expected)
 
 
 def test_rollout_perturbs_the_first_step_only_and_rotates_phases_at_every_step():
