@@ -176,7 +176,7 @@ def test_objective_backpropagates_to_every_parameter(processor):
     core = KoopmanProcessor(8, 8, 4) if processor == "graphmet" else MessagePassingProcessor(8, 2)
     model = GraphWeatherModel(2, 8, core)
     model.attach_graph(graph)
-    terms = training_objective(model, torch.randn(2, 3, 64, 2))
+    terms = training_objective(model, torch.randn(2, 3, 64, 2), 0.1, 1.0)
     terms["loss"].backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     assert ("koop" in terms) == (processor == "graphmet")
@@ -263,13 +263,43 @@ def test_objective_is_the_sum_of_its_terms_with_the_koopman_terms_from_true_stat
 
 
 def test_forecast_loss_covers_exactly_the_requested_steps():
+    """R = rollout_steps steps of a window of 4 states, at most its 3 transitions (None: all);
+    a window of one state is refused by name."""
     model = _tiny_model("message_passing")
     window = torch.randn(2, 4, 64, 2)
     with torch.no_grad():
-        one = training_objective(model, window, rollout_steps=1)["fcst"]
-        prediction, _ = model.rollout(window[:, 0], window[:, 1:2])
-    by_hand = weighted_mse(prediction, window[:, 1:2], model.graph.loss_weight)
-    torch.testing.assert_close(one, by_hand)
+        for steps, covered in ((1, 1), (2, 2), (3, 3), (10, 3), (None, 3)):
+            fcst = training_objective(model, window, 0.0, 1.0, rollout_steps=steps)["fcst"]
+            prediction, _ = model.rollout(window[:, 0], window[:, 1 : covered + 1])
+            by_hand = weighted_mse(prediction, window[:, 1 : covered + 1], model.graph.loss_weight)
+            torch.testing.assert_close(fcst, by_hand)
+        with pytest.raises(ValueError, match="at least two states"):
+            training_objective(model, window[:, :1], 0.0, 1.0)
+
+
+def test_objective_logs_the_processor_move_and_skips_the_terms_it_does_not_weigh():
+    """processor_move = ||P(E(x_0)) - E(x_0)|| / ||E(x_0)|| of the first step (0 for the
+    identity processor); at alpha = beta = 0 neither the Koopman nor the spectral terms are
+    computed; G6 needs a lead 2, so a window of 2 states has no one-shot term and one of 3
+    states has it."""
+    clim = 0.3 * torch.randn(64, 2)
+    model = _tiny_model("graphmet", clim)
+    window = torch.randn(2, 4, 64, 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.fill_(0.5)
+        terms = training_objective(model, window, 0.0, 1.0, rollout_steps=1)
+        _, latents = model.step(window[:, 0], window[:, 1])
+        moved = relative_move(latents["encoded"], latents["processed"]).mean()
+        torch.testing.assert_close(terms["processor_move"], moved)
+        assert moved > 1e-3 and not {"koop", "geo", "spec"} & set(terms)
+        identity = training_objective(_tiny_model("identity"), window, 0.0, 1.0)
+        assert identity["processor_move"].item() == 0.0
+        two = training_objective(model, window[:, :2], 0.0, 1.0, oneshot_weight=1.0)
+        assert "shot" not in two and torch.isfinite(two["loss"])
+        three = training_objective(model, window[:, :3], 0.0, 1.0, oneshot_weight=1.0)
+        oneshot = model.rollout_latent(window[:, 0], window[:, 1:3])
+        by_hand = weighted_mse(oneshot[:, 1:], window[:, 2:3], model.graph.loss_weight)
+        torch.testing.assert_close(three["shot"], by_hand)
 
 
 def test_decoder_output_is_added_to_the_state_as_a_residual(monkeypatch):
@@ -376,17 +406,17 @@ def test_oneshot_term_is_the_decoded_k5_forecast_from_lead_two_on():
     window = torch.randn(2, 4, 64, 2)
     with torch.no_grad():
         model.processor.operator.log_decay.fill_(0.5)  # a visible step, different per lead
-        terms = training_objective(model, window, 0.0, rollout_steps=2, oneshot_weight=0.7)
+        terms = training_objective(model, window, 0.0, 1.0, rollout_steps=2, oneshot_weight=0.7)
         oneshot = model.rollout_latent(window[:, 0], window[:, 1:])
         first, _ = model.step(window[:, 0], window[:, 1])
-        plain = training_objective(model, window, 0.0, rollout_steps=2)
+        plain = training_objective(model, window, 0.0, 1.0, rollout_steps=2)
     torch.testing.assert_close(oneshot[:, 0], first)
     by_hand = weighted_mse(oneshot[:, 1:], window[:, 2:], model.graph.loss_weight)
     torch.testing.assert_close(terms["shot"], by_hand)
     torch.testing.assert_close(terms["loss"], terms["fcst"] + 0.7 * terms["shot"])
     assert "shot" not in plain and plain["loss"] < terms["loss"] - 1e-3
     gnn = _tiny_model("message_passing")
-    assert "shot" not in training_objective(gnn, window, oneshot_weight=1.0)
+    assert "shot" not in training_objective(gnn, window, 0.0, 1.0, oneshot_weight=1.0)
 
 
 def test_a_short_run_with_the_oneshot_term_trains_the_long_range_step():
@@ -400,7 +430,9 @@ def test_a_short_run_with_the_oneshot_term_trains_the_long_range_step():
         model = _tiny_model("graphmet", seed=1)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         for _ in range(40):
-            loss = training_objective(model, window, 0.0, rollout_steps=1, oneshot_weight=gamma)
+            loss = training_objective(
+                model, window, 0.0, 1.0, rollout_steps=1, oneshot_weight=gamma
+            )
             opt.zero_grad()
             loss["loss"].backward()
             opt.step()
@@ -502,6 +534,8 @@ def test_weighted_mse_relative_move_and_geometry_loss_by_hand():
     before = torch.tensor([[[3.0, 4.0]], [[1.0, 0.0]]])  # norms 5 and 1
     after = before + torch.tensor([[[0.0, 1.0]], [[0.0, 2.0]]])
     torch.testing.assert_close(relative_move(before, after), torch.tensor([0.2, 2.0]))
+    small = relative_move(1e-3 * before, 1e-3 * after)  # a ratio at any scale above 1e-12
+    torch.testing.assert_close(small, torch.tensor([0.2, 2.0]))
     lift = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # A^T A = diag(4, 1)
     lower = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # B A = diag(2, 1)
     torch.testing.assert_close(geometry_loss(lift, lower), torch.tensor(9.0 + 1.0))

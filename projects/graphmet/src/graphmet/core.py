@@ -306,8 +306,8 @@ def spectral_amplitude_loss(
 def training_objective(
     model: GraphWeatherModel,
     window: torch.Tensor,  # [B, L, G, C + F] consecutive states (normalised) + forcing fields
-    alpha: float = 0.1,
-    lambda_geo: float = 1.0,
+    alpha: float,  # no defaults for the paper's weights: the module passes its hparams
+    lambda_geo: float,
     spectral_weight: float = 0.0,
     rollout_steps: int | None = None,
     oneshot_weight: float = 0.0,
@@ -321,6 +321,8 @@ def training_objective(
     forcing of the next state (the last one with its own)."""
     length = window.shape[1]
     steps = length - 1 if rollout_steps is None else min(rollout_steps, length - 1)
+    if steps < 1:  # before the rollout: torch.stack of no steps fails with a vaguer message
+        raise ValueError("the window needs at least two states and rollout_steps >= 1")
     forcing, channels = window[:, 1:], model.channels
     state, outputs = window[:, 0, :, :channels], []
     reference = model.reference_latent() if model.is_koopman else None
@@ -352,6 +354,4 @@ def training_objective(
             oneshot[:, 1:], window[:, 2:, :, :channels], model.graph.loss_weight
         )
         terms["loss"] = terms["loss"] + oneshot_weight * terms["shot"]
-    if steps == 0:
-        raise ValueError("the window needs at least two states")
     return terms
