@@ -13,6 +13,7 @@ from graphmet.core import (
     coefficient_scale,
     ensemble_rollout,
     interior_images,
+    model_inputs,
     spectral_amplitude_loss,
     training_objective,
     weighted_mse,
@@ -531,6 +532,17 @@ def test_weighted_mse_relative_move_and_geometry_loss_by_hand():
     weight = torch.tensor([3.0, 1.0])
     # squared error per point: mean_c = (1 + 9) / 2 = 5 at g = 0, 0 at g = 1 -> 3 * 5 / 4
     torch.testing.assert_close(weighted_mse(prediction, target, weight), torch.tensor(3.75))
+    # [B, T, G, C] with a non-zero target, against explicit loops over every index.
+    gen = torch.Generator().manual_seed(0)
+    forecast, truth = torch.randn(2, 3, 4, 2, generator=gen), torch.randn(2, 3, 4, 2, generator=gen)
+    per_point = torch.tensor([0.5, 1.0, 2.0, 0.0])
+    loops = [
+        sum(per_point[g] * ((forecast[b, t, g] - truth[b, t, g]) ** 2).mean() for g in range(4))
+        / per_point.sum()
+        for b in range(2)
+        for t in range(3)
+    ]
+    torch.testing.assert_close(weighted_mse(forecast, truth, per_point), torch.stack(loops).mean())
     before = torch.tensor([[[3.0, 4.0]], [[1.0, 0.0]]])  # norms 5 and 1
     after = before + torch.tensor([[[0.0, 1.0]], [[0.0, 2.0]]])
     torch.testing.assert_close(relative_move(before, after), torch.tensor([0.2, 2.0]))
@@ -647,3 +659,29 @@ def test_ensemble_members_are_the_rollouts_of_the_drawn_perturbations():
     torch.testing.assert_close(runs[0], by_hand.unflatten(0, (2, 3)))
     torch.testing.assert_close(runs[0], runs[1])
     assert (runs[0] - runs[2]).abs().max() > 1e-4
+
+
+def test_encoder_input_holds_the_frame_not_the_next_interior_and_reads_forcing_fields():
+    """Eq. G2's input [x_t, frame of x_{t+1}, boundary mask, forcing fields] by hand, with one
+    forcing field (F = 1); the next true state's interior never reaches the forecast."""
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    torch.manual_seed(0)
+    model = GraphWeatherModel(2, 8, MessagePassingProcessor(8, 1), forcing_channels=1)
+    model.attach_graph(graph)
+    state, forcing = torch.randn(2, 64, 2), torch.randn(2, 64, 3)
+    inside = torch.from_numpy(graph.interior).float()[:, None]  # [G, 1]
+    frame = 1 - inside
+    expected = torch.cat(
+        [state, forcing[..., :2] * frame, frame.expand(2, 64, 1), forcing[..., 2:]], -1
+    )
+    torch.testing.assert_close(model_inputs(state, forcing, model.graph.interior), expected)
+    leaked = forcing.clone()
+    leaked[:, inside[:, 0].bool(), :2] += 10.0  # another next-state interior, same frame
+    with torch.no_grad():
+        forecast, _ = model.step(state, forcing)
+        unchanged, _ = model.step(state, leaked)
+        other_field = forcing.clone()
+        other_field[..., 2] += 1.0
+        moved, _ = model.step(state, other_field)
+    torch.testing.assert_close(forecast, unchanged)
+    assert (moved - forecast).abs().max() > 1e-4  # the forcing field is read

@@ -170,16 +170,15 @@ class GraphWeatherModel(nn.Module):
         self,
         mesh: torch.Tensor,
         perturbation: dict | None = None,
-        keep_layers=False,
         reference: torch.Tensor | None = None,
     ):
-        """P(H): returns H' [B, M, d] and the per-layer latents (GNN) or coefficients (Koopman)."""
+        """P(H): returns H' [B, M, d] and the coefficients C_t (Koopman; None otherwise)."""
         if self.is_koopman:
             if reference is None:
                 reference = self.reference_latent()
             return self.processor(mesh, self.graph.basis, reference, **(perturbation or {}))
         if isinstance(self.processor, MessagePassingProcessor):
-            return self.processor(mesh, self.graph, keep_layers=keep_layers)
+            return self.processor(mesh, self.graph)
         return self.processor(mesh)
 
     def finish(self, state, mesh, grid, forcing) -> torch.Tensor:
@@ -192,11 +191,10 @@ class GraphWeatherModel(nn.Module):
         """One autoregressive step x_t -> x_{t+1}; also returns the latents for diagnostics.
         ``reference``: Hc, computed here when not given (a rollout computes it once)."""
         mesh, grid = self.encode(state, forcing)
-        processed, extra = self.process(mesh, perturbation, reference=reference)
+        processed, _ = self.process(mesh, perturbation, reference=reference)
         return self.finish(state, processed, grid, forcing), {
             "encoded": mesh,
             "processed": processed,
-            "extra": extra,
         }
 
     def rollout(
