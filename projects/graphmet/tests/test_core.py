@@ -92,6 +92,11 @@ def test_koopman_processor_maps_coefficients_exactly_and_propagates_in_one_shot(
     h = torch.randn(2, 50, 10)
     h1, c0 = proc(h, basis)
     torch.testing.assert_close(proc.coefficients(h1, basis), proc.operator(c0), atol=1e-5, rtol=0)
+    z = 0.3 * torch.randn(c0.shape)  # E2: the noise is added to C_t before the step
+    noisy, _ = proc(h, basis, coefficient_noise=z)
+    torch.testing.assert_close(
+        proc.coefficients(noisy, basis), proc.operator(c0 + z), atol=1e-5, rtol=0
+    )
     h3_steps = proc(proc(proc(h, basis)[0], basis)[0], basis)[0]
     torch.testing.assert_close(h3_steps, proc(h, basis, steps=3)[0], atol=1e-5, rtol=0)
     outside = h - torch.einsum("nm,bmd->bnd", basis, torch.einsum("nm,bnd->bmd", basis, h))
@@ -685,3 +690,20 @@ def test_encoder_input_holds_the_frame_not_the_next_interior_and_reads_forcing_f
         moved, _ = model.step(state, other_field)
     torch.testing.assert_close(forecast, unchanged)
     assert (moved - forecast).abs().max() > 1e-4  # the forcing field is read
+
+
+def test_a_model_with_static_and_forcing_fields_steps_and_attach_graph_keeps_its_scale():
+    """Static fields widen the grid's features (STATIC_FEATURES + S), forcing fields the encoder
+    input (2C + 1 + F); the default climatology covers C + F channels, so the Koopman anomaly
+    origin encodes; attach_graph stores s; a model is built without a graph."""
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    graph.grid_static = np.concatenate([graph.grid_static, np.ones((64, 2), np.float32)], 1)
+    torch.manual_seed(0)
+    model = build_model("graphmet", 2, 8, 1, 16, 4, "auto", static_channels=2, forcing_channels=1)
+    assert model.graph is None
+    model.attach_graph(graph, increment_scale=torch.tensor([0.5, 2.0]))
+    torch.testing.assert_close(model.graph.increment_scale, torch.tensor([0.5, 2.0]))
+    assert model.graph.climatology.shape == (64, 3)
+    with torch.no_grad():
+        forecast, _ = model.step(torch.randn(2, 64, 2), torch.randn(2, 64, 3))
+    assert forecast.shape == (2, 64, 2) and torch.isfinite(forecast).all()
