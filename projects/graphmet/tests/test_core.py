@@ -710,3 +710,15 @@ def test_a_model_with_static_and_forcing_fields_steps_and_attach_graph_keeps_its
     with torch.no_grad():
         forecast, _ = model.step(torch.randn(2, 64, 2), torch.randn(2, 64, 3))
     assert forecast.shape == (2, 64, 2) and torch.isfinite(forecast).all()
+
+
+def test_phase_noise_turns_each_eigenvalue_by_exactly_its_noise():
+    """Eq. K3 with phase noise: Lambda = rho exp(i (omega + eta)): the same modulus, the angle
+    turned by eta, per member."""
+    torch.manual_seed(0)
+    op = KoopmanOperator(8, 4, "modes")
+    eta = 0.2 * torch.randn(3, 4, 4)  # [B, pairs, r]
+    plain, noisy = op.eigenvalues(), op.eigenvalues(eta)
+    assert noisy.shape == (3, 4, 4)
+    torch.testing.assert_close(noisy.abs(), plain.abs().expand_as(noisy))
+    torch.testing.assert_close(noisy, plain * torch.polar(torch.ones_like(eta), eta))
