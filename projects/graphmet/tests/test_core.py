@@ -722,3 +722,31 @@ def test_phase_noise_turns_each_eigenvalue_by_exactly_its_noise():
     assert noisy.shape == (3, 4, 4)
     torch.testing.assert_close(noisy.abs(), plain.abs().expand_as(noisy))
     torch.testing.assert_close(noisy, plain * torch.polar(torch.ones_like(eta), eta))
+    c = torch.randn(3, 8, 4)
+    torch.testing.assert_close(op(c, phase_noise=eta), op.to_real(noisy * op.to_complex(c)))
+
+
+def test_operator_starts_near_the_identity_step_and_checks_its_pairing():
+    """init_scale 0.1: |lambda| near 1 and small angles (the step starts near the identity);
+    mode pairs by default; the paired axis must be even, the other need not be; coefficients
+    of any batch shape go to complex pairs (2k, 2k + 1) -> c_2k + i c_2k+1 and back."""
+    torch.manual_seed(0)
+    op = KoopmanOperator(8, 4)
+    assert op.pairing == "modes" and op.log_decay.shape == (4, 4)
+    lam = op.eigenvalues()
+    assert lam.abs().min() > 0.9 and lam.angle().abs().max() < 0.5
+    with pytest.raises(ValueError, match="must be 'modes' or 'channels'"):
+        KoopmanOperator(8, 4, "pairs")
+    with pytest.raises(ValueError, match="needs an even number of modes"):
+        KoopmanOperator(7, 4, "modes")
+    with pytest.raises(ValueError, match="needs an even number of channels"):
+        KoopmanOperator(8, 3, "channels")
+    for pairing, (m, r) in (("modes", (8, 3)), ("channels", (7, 4))):
+        op = KoopmanOperator(m, r, pairing)
+        c = torch.randn(2, 3, m, r)
+        z = op.to_complex(c)
+        if pairing == "modes":
+            torch.testing.assert_close(z[1, 2, 3, 1], torch.complex(c[1, 2, 6, 1], c[1, 2, 7, 1]))
+        else:
+            torch.testing.assert_close(z[1, 2, 6, 1], torch.complex(c[1, 2, 6, 2], c[1, 2, 6, 3]))
+        torch.testing.assert_close(op.to_real(z), c)
