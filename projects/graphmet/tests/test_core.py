@@ -370,8 +370,9 @@ def test_spectral_amplitude_loss_is_relative_to_the_truths_spectrum():
     for graph in (periodic_graph((8, 8), 8, 1, 8), regional_graph((8, 8), 1, 2, 16, boundary=1)):
         buffers = GraphBuffers(graph)
         truth, forecast = torch.randn(3, 64, 2), torch.randn(3, 64, 2)
-        zero = spectral_amplitude_loss(torch.zeros_like(truth), 5.0 * truth, buffers)
-        torch.testing.assert_close(zero, torch.tensor(1.0))
+        for scale in (5.0, 1e-3):  # a ratio at any scale above the clamp's 1e-12
+            zero = spectral_amplitude_loss(torch.zeros_like(truth), scale * truth, buffers)
+            torch.testing.assert_close(zero, torch.tensor(1.0))
         torch.testing.assert_close(
             spectral_amplitude_loss(4.0 * forecast, 4.0 * truth, buffers),
             spectral_amplitude_loss(forecast, truth, buffers),
