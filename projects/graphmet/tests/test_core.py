@@ -97,6 +97,10 @@ def test_koopman_processor_maps_coefficients_exactly_and_propagates_in_one_shot(
     torch.testing.assert_close(
         proc.coefficients(noisy, basis), proc.operator(c0 + z), atol=1e-5, rtol=0
     )
+    eta = 0.3 * torch.randn(2, 6, 4)  # phase noise [B, pairs, r] reaches Lambda
+    turned, _ = proc(h, basis, phase_noise=eta)
+    expected = proc.operator(c0, phase_noise=eta)
+    torch.testing.assert_close(proc.coefficients(turned, basis), expected, atol=1e-5, rtol=0)
     h3_steps = proc(proc(proc(h, basis)[0], basis)[0], basis)[0]
     torch.testing.assert_close(h3_steps, proc(h, basis, steps=3)[0], atol=1e-5, rtol=0)
     outside = h - torch.einsum("nm,bmd->bnd", basis, torch.einsum("nm,bnd->bmd", basis, h))
