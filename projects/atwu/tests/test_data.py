@@ -212,3 +212,30 @@ def test_prompt_formats_build_the_same_prompt_everywhere():
     assert tokenizer.decode(chat) == f"[{question}] Answer:"
     encoded = encode_qa(tokenizer, question, data.forget[0].answer)
     assert encoded["input_ids"][: len(chat)] == chat and encoded["labels"][len(chat)] != -100
+
+
+def test_generated_birth_dates_do_not_depend_on_the_day_the_data_is_made(monkeypatch):
+    """Faker's date_of_birth counts ages from today, so TOFU-mini changed at midnight (an oracle
+    test flipped on 2026-12-02); the fixed range gives the same draws on any day."""
+    import datetime as dt
+
+    import faker.providers.date_time as provider
+    from faker import Faker
+
+    from atwu.data import BIRTH_DATES, _birth_date
+
+    def draws():
+        fake = Faker()
+        fake.seed_instance(3)
+        return [_birth_date(fake) for _ in range(50)]
+
+    today = draws()
+
+    class NextYear(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2027, 6, 1)
+
+    monkeypatch.setattr(provider, "datetime", NextYear)
+    assert draws() == today
+    assert all(BIRTH_DATES[0] < d <= BIRTH_DATES[1] for d in today)

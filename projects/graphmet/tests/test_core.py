@@ -1,18 +1,35 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+# Everything at module level: mutmut forks each mutant from a server that has imported the
+# tests, so an import inside a test (graphmet.model pulls in Lightning, ~15 s) is paid per mutant.
 from graphmet.baselines import MessagePassingProcessor
-from graphmet.core import GraphBuffers, GraphWeatherModel, training_objective, weighted_mse
+from graphmet.core import (
+    GraphBuffers,
+    GraphWeatherModel,
+    coefficient_scale,
+    ensemble_rollout,
+    interior_images,
+    model_inputs,
+    spectral_amplitude_loss,
+    training_objective,
+    weighted_mse,
+)
 from graphmet.koopman import (
     KoopmanOperator,
     KoopmanProcessor,
+    changing_share,
     dirichlet_energy,
     geometry_loss,
     koopman_loss,
     relative_move,
 )
-from graphmet.mesh import fourier_basis, periodic_graph
+from graphmet.mesh import fourier_basis, periodic_graph, regional_graph
+from graphmet.model import build_model, resolve_pairing
+from papers_cli import ConfigError
 
 
 @pytest.mark.parametrize("pairing", ["modes", "channels"])
@@ -75,6 +92,15 @@ def test_koopman_processor_maps_coefficients_exactly_and_propagates_in_one_shot(
     h = torch.randn(2, 50, 10)
     h1, c0 = proc(h, basis)
     torch.testing.assert_close(proc.coefficients(h1, basis), proc.operator(c0), atol=1e-5, rtol=0)
+    z = 0.3 * torch.randn(c0.shape)  # E2: the noise is added to C_t before the step
+    noisy, _ = proc(h, basis, coefficient_noise=z)
+    torch.testing.assert_close(
+        proc.coefficients(noisy, basis), proc.operator(c0 + z), atol=1e-5, rtol=0
+    )
+    eta = 0.3 * torch.randn(2, 6, 4)  # phase noise [B, pairs, r] reaches Lambda
+    turned, _ = proc(h, basis, phase_noise=eta)
+    expected = proc.operator(c0, phase_noise=eta)
+    torch.testing.assert_close(proc.coefficients(turned, basis), expected, atol=1e-5, rtol=0)
     h3_steps = proc(proc(proc(h, basis)[0], basis)[0], basis)[0]
     torch.testing.assert_close(h3_steps, proc(h, basis, steps=3)[0], atol=1e-5, rtol=0)
     outside = h - torch.einsum("nm,bmd->bnd", basis, torch.einsum("nm,bnd->bmd", basis, h))
@@ -90,6 +116,9 @@ def test_geometry_loss_is_zero_only_for_an_isometric_lift_with_inverse():
     assert geometry_loss(0.5 * a, a.T) > 0.1  # a shrunk basis is penalised
     gradcheck_a = a.double().requires_grad_()
     assert torch.autograd.gradcheck(lambda x: geometry_loss(x, x.T), (gradcheck_a,))
+    # By hand, r = 3: B A = I / 2 gives 3 * (1/2)^2; 2A with B = A^T: 3 * 3^2 + 3 * 1^2.
+    torch.testing.assert_close(geometry_loss(a, 0.5 * a.T), torch.tensor(0.75))
+    torch.testing.assert_close(geometry_loss(2.0 * a, a.T), torch.tensor(30.0))
 
 
 def _high_frequency_share(h: torch.Tensor, vecs: torch.Tensor) -> float:
@@ -157,15 +186,13 @@ def test_objective_backpropagates_to_every_parameter(processor):
     core = KoopmanProcessor(8, 8, 4) if processor == "graphmet" else MessagePassingProcessor(8, 2)
     model = GraphWeatherModel(2, 8, core)
     model.attach_graph(graph)
-    terms = training_objective(model, torch.randn(2, 3, 64, 2))
+    terms = training_objective(model, torch.randn(2, 3, 64, 2), 0.1, 1.0)
     terms["loss"].backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     assert ("koop" in terms) == (processor == "graphmet")
 
 
 def test_boundary_frame_is_forced_from_truth():
-    from graphmet.mesh import regional_graph
-
     torch.manual_seed(0)
     model = GraphWeatherModel(1, 8, MessagePassingProcessor(8, 1))
     model.attach_graph(regional_graph((8, 8), 2, 1, 8, boundary=2))
@@ -206,9 +233,6 @@ def test_koopman_loss_gives_the_encoder_no_reason_to_shrink_the_anomaly():
 
 
 def _tiny_model(processor: str, climatology=None, seed=0):
-    from graphmet.mesh import regional_graph
-    from graphmet.model import build_model
-
     torch.manual_seed(seed)
     graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
     model = build_model(processor, 2, 8, 1, 16, 4, "auto")
@@ -249,13 +273,43 @@ def test_objective_is_the_sum_of_its_terms_with_the_koopman_terms_from_true_stat
 
 
 def test_forecast_loss_covers_exactly_the_requested_steps():
+    """R = rollout_steps steps of a window of 4 states, at most its 3 transitions (None: all);
+    a window of one state is refused by name."""
     model = _tiny_model("message_passing")
     window = torch.randn(2, 4, 64, 2)
     with torch.no_grad():
-        one = training_objective(model, window, rollout_steps=1)["fcst"]
-        prediction, _ = model.rollout(window[:, 0], window[:, 1:2])
-    by_hand = weighted_mse(prediction, window[:, 1:2], model.graph.loss_weight)
-    torch.testing.assert_close(one, by_hand)
+        for steps, covered in ((1, 1), (2, 2), (3, 3), (10, 3), (None, 3)):
+            fcst = training_objective(model, window, 0.0, 1.0, rollout_steps=steps)["fcst"]
+            prediction, _ = model.rollout(window[:, 0], window[:, 1 : covered + 1])
+            by_hand = weighted_mse(prediction, window[:, 1 : covered + 1], model.graph.loss_weight)
+            torch.testing.assert_close(fcst, by_hand)
+        with pytest.raises(ValueError, match="at least two states"):
+            training_objective(model, window[:, :1], 0.0, 1.0)
+
+
+def test_objective_logs_the_processor_move_and_skips_the_terms_it_does_not_weigh():
+    """processor_move = ||P(E(x_0)) - E(x_0)|| / ||E(x_0)|| of the first step (0 for the
+    identity processor); at alpha = beta = 0 neither the Koopman nor the spectral terms are
+    computed; G6 needs a lead 2, so a window of 2 states has no one-shot term and one of 3
+    states has it."""
+    clim = 0.3 * torch.randn(64, 2)
+    model = _tiny_model("graphmet", clim)
+    window = torch.randn(2, 4, 64, 2)
+    with torch.no_grad():
+        model.processor.operator.log_decay.fill_(0.5)
+        terms = training_objective(model, window, 0.0, 1.0, rollout_steps=1)
+        _, latents = model.step(window[:, 0], window[:, 1])
+        moved = relative_move(latents["encoded"], latents["processed"]).mean()
+        torch.testing.assert_close(terms["processor_move"], moved)
+        assert moved > 1e-3 and not {"koop", "geo", "spec"} & set(terms)
+        identity = training_objective(_tiny_model("identity"), window, 0.0, 1.0)
+        assert identity["processor_move"].item() == 0.0
+        two = training_objective(model, window[:, :2], 0.0, 1.0, oneshot_weight=1.0)
+        assert "shot" not in two and torch.isfinite(two["loss"])
+        three = training_objective(model, window[:, :3], 0.0, 1.0, oneshot_weight=1.0)
+        oneshot = model.rollout_latent(window[:, 0], window[:, 1:3])
+        by_hand = weighted_mse(oneshot[:, 1:], window[:, 2:3], model.graph.loss_weight)
+        torch.testing.assert_close(three["shot"], by_hand)
 
 
 def test_decoder_output_is_added_to_the_state_as_a_residual(monkeypatch):
@@ -303,9 +357,6 @@ def test_identity_processor_is_the_encoder_decoder_alone():
 
 
 def test_spectral_amplitude_loss_sees_lost_small_scales_and_ignores_a_phase_shift():
-    from graphmet.core import spectral_amplitude_loss
-    from graphmet.mesh import periodic_graph
-
     buffers = GraphBuffers(periodic_graph((8, 8), 8, 1, 8))
     y = torch.arange(8.0)
     field = torch.cos(2 * torch.pi * 3 * y / 8)[None, :] + torch.cos(2 * torch.pi * y / 8)[:, None]
@@ -316,10 +367,41 @@ def test_spectral_amplitude_loss_sees_lost_small_scales_and_ignores_a_phase_shif
     assert spectral_amplitude_loss(smooth, truth, buffers) > 0.3
 
 
-def test_pairing_basis_vectors_is_refused_on_a_laplacian_basis():
-    from graphmet.model import build_model, resolve_pairing
-    from papers_cli import ConfigError
+def test_spectral_amplitude_loss_is_relative_to_the_truths_spectrum():
+    """Eq. G5 divides by the truth's spectral energy: a zero forecast scores exactly 1 on either
+    grid (Parseval), and scaling forecast and truth together leaves the loss unchanged."""
+    torch.manual_seed(0)
+    for graph in (periodic_graph((8, 8), 8, 1, 8), regional_graph((8, 8), 1, 2, 16, boundary=1)):
+        buffers = GraphBuffers(graph)
+        truth, forecast = torch.randn(3, 64, 2), torch.randn(3, 64, 2)
+        for scale in (5.0, 1e-3):  # a ratio at any scale above the clamp's 1e-12
+            zero = spectral_amplitude_loss(torch.zeros_like(truth), scale * truth, buffers)
+            torch.testing.assert_close(zero, torch.tensor(1.0))
+        torch.testing.assert_close(
+            spectral_amplitude_loss(4.0 * forecast, 4.0 * truth, buffers),
+            spectral_amplitude_loss(forecast, truth, buffers),
+        )
 
+
+def test_interior_images_lay_out_the_interior_row_major_and_refuse_a_non_planar_grid():
+    """[S, T, G, C] -> [S, T, C, ny, nx]: pixel (i, j) of variable c is grid node (i + 1) * 8 +
+    (j + 1) of the 8 x 8 regional grid with a one-cell frame; a grid whose interior is not a
+    rectangle is refused by name."""
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    fields = torch.arange(2 * 3 * 64 * 2, dtype=torch.float32).reshape(2, 3, 64, 2)
+    images = interior_images(fields, GraphBuffers(graph))
+    assert images.shape == (2, 3, 2, 6, 6)
+    rows = torch.arange(6)[:, None] + 1
+    nodes = (rows * 8 + rows.T).reshape(-1)  # (i + 1) * 8 + (j + 1), row-major
+    expected = fields[:, :, nodes, :].movedim(-1, 2).reshape(2, 3, 2, 6, 6)
+    torch.testing.assert_close(images, expected)
+    assert images[1, 2, 1, 0, 5].item() == fields[1, 2, 1 * 8 + 6, 1].item()
+    flat = GraphBuffers(dataclasses.replace(graph, interior_shape=None))
+    with pytest.raises(ValueError, match="not a rectangle"):
+        interior_images(fields, flat)
+
+
+def test_pairing_basis_vectors_is_refused_on_a_laplacian_basis():
     assert resolve_pairing("auto", "fourier") == "modes"
     assert resolve_pairing("auto", "laplacian") == "channels"
     with pytest.raises(ConfigError, match="Fourier basis"):
@@ -335,17 +417,17 @@ def test_oneshot_term_is_the_decoded_k5_forecast_from_lead_two_on():
     window = torch.randn(2, 4, 64, 2)
     with torch.no_grad():
         model.processor.operator.log_decay.fill_(0.5)  # a visible step, different per lead
-        terms = training_objective(model, window, 0.0, rollout_steps=2, oneshot_weight=0.7)
+        terms = training_objective(model, window, 0.0, 1.0, rollout_steps=2, oneshot_weight=0.7)
         oneshot = model.rollout_latent(window[:, 0], window[:, 1:])
         first, _ = model.step(window[:, 0], window[:, 1])
-        plain = training_objective(model, window, 0.0, rollout_steps=2)
+        plain = training_objective(model, window, 0.0, 1.0, rollout_steps=2)
     torch.testing.assert_close(oneshot[:, 0], first)
     by_hand = weighted_mse(oneshot[:, 1:], window[:, 2:], model.graph.loss_weight)
     torch.testing.assert_close(terms["shot"], by_hand)
     torch.testing.assert_close(terms["loss"], terms["fcst"] + 0.7 * terms["shot"])
     assert "shot" not in plain and plain["loss"] < terms["loss"] - 1e-3
     gnn = _tiny_model("message_passing")
-    assert "shot" not in training_objective(gnn, window, oneshot_weight=1.0)
+    assert "shot" not in training_objective(gnn, window, 0.0, 1.0, oneshot_weight=1.0)
 
 
 def test_a_short_run_with_the_oneshot_term_trains_the_long_range_step():
@@ -359,7 +441,9 @@ def test_a_short_run_with_the_oneshot_term_trains_the_long_range_step():
         model = _tiny_model("graphmet", seed=1)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         for _ in range(40):
-            loss = training_objective(model, window, 0.0, rollout_steps=1, oneshot_weight=gamma)
+            loss = training_objective(
+                model, window, 0.0, 1.0, rollout_steps=1, oneshot_weight=gamma
+            )
             opt.zero_grad()
             loss["loss"].backward()
             opt.step()
@@ -386,14 +470,13 @@ def test_oneshot_rollout_is_lambda_to_the_n_with_the_frame_forced_at_every_lead(
     assert (oneshot[:, 1] - unchanged[1]).abs().max() > 1e-3
     inside = model.graph.interior.bool()[:, 0]
     torch.testing.assert_close(oneshot[:, :, ~inside], forcing[:, :, ~inside])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="needs the Koopman processor"):
         _tiny_model("message_passing").rollout_latent(initial, forcing)
 
 
 def test_changing_share_by_hand():
     """sum_t ||C_t - mean_t C||^2 / sum_t ||C_t||^2 per trajectory: 0 for a constant sequence,
     1 for one that alternates around zero, 0.2 for the values 1 and 3."""
-    from graphmet.koopman import changing_share
 
     constant = torch.ones(1, 5, 2, 3)
     alternating = torch.tensor([1.0, -1.0, 1.0, -1.0]).reshape(1, 4, 1, 1).expand(1, 4, 2, 3)
@@ -409,7 +492,6 @@ def test_ensemble_members_are_perturbed_as_in_e1_and_e2(monkeypatch):
     """Amplitude 0 gives M copies of the deterministic rollout. E1 (message passing): the
     initial state moves by a s eps on the interior only (std a s per variable). E2 (GraphMet):
     the first step's coefficients get a sigma_C eps (std a sigma_C), the state is not touched."""
-    from graphmet.core import coefficient_scale, ensemble_rollout
 
     initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 3, 64, 2)
     gnn = _tiny_model("message_passing")
@@ -460,9 +542,22 @@ def test_weighted_mse_relative_move_and_geometry_loss_by_hand():
     weight = torch.tensor([3.0, 1.0])
     # squared error per point: mean_c = (1 + 9) / 2 = 5 at g = 0, 0 at g = 1 -> 3 * 5 / 4
     torch.testing.assert_close(weighted_mse(prediction, target, weight), torch.tensor(3.75))
+    # [B, T, G, C] with a non-zero target, against explicit loops over every index.
+    gen = torch.Generator().manual_seed(0)
+    forecast, truth = torch.randn(2, 3, 4, 2, generator=gen), torch.randn(2, 3, 4, 2, generator=gen)
+    per_point = torch.tensor([0.5, 1.0, 2.0, 0.0])
+    loops = [
+        sum(per_point[g] * ((forecast[b, t, g] - truth[b, t, g]) ** 2).mean() for g in range(4))
+        / per_point.sum()
+        for b in range(2)
+        for t in range(3)
+    ]
+    torch.testing.assert_close(weighted_mse(forecast, truth, per_point), torch.stack(loops).mean())
     before = torch.tensor([[[3.0, 4.0]], [[1.0, 0.0]]])  # norms 5 and 1
     after = before + torch.tensor([[[0.0, 1.0]], [[0.0, 2.0]]])
     torch.testing.assert_close(relative_move(before, after), torch.tensor([0.2, 2.0]))
+    small = relative_move(1e-3 * before, 1e-3 * after)  # a ratio at any scale above 1e-12
+    torch.testing.assert_close(small, torch.tensor([0.2, 2.0]))
     lift = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # A^T A = diag(4, 1)
     lower = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # B A = diag(2, 1)
     torch.testing.assert_close(geometry_loss(lift, lower), torch.tensor(9.0 + 1.0))
@@ -479,6 +574,8 @@ def test_dirichlet_energy_of_a_path_graph_by_hand():
     edge = torch.tensor([[0, 1], [1, 0]])
     alternating = torch.tensor([[[1.0], [-1.0]]])
     torch.testing.assert_close(dirichlet_energy(alternating, edge, 2), torch.tensor([2.0]))
+    # A Rayleigh quotient: the scale of the latent drops out (no clamp effect above 1e-12).
+    torch.testing.assert_close(dirichlet_energy(1e-3 * fields, path, 3), expected)
 
 
 def test_rollout_perturbs_the_first_step_only_and_rotates_phases_at_every_step():
@@ -511,7 +608,6 @@ def test_rollout_perturbs_the_first_step_only_and_rotates_phases_at_every_step()
 def test_graph_buffers_defaults_and_the_scored_weights():
     """No climatology: a zero anomaly origin; no scale: s = 1; the loss weight is the area
     weight on the interior and 0 on the forced frame; interior_index lists the interior."""
-    from graphmet.mesh import regional_graph
 
     graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
     buffers = GraphBuffers(graph)
@@ -529,8 +625,6 @@ def test_graph_buffers_defaults_and_the_scored_weights():
 def test_an_ensemble_is_reproducible_from_its_seeded_generator_and_small_shares_are_exact():
     """E1 draws its noise from the given generator: the same seed gives the same members, another
     seed others. changing_share is a ratio at any scale (no clamp effect above 1e-12)."""
-    from graphmet.core import ensemble_rollout
-    from graphmet.koopman import changing_share
 
     gnn = _tiny_model("message_passing")
     initial, forcing = torch.randn(1, 64, 2), torch.randn(1, 2, 64, 2)
@@ -543,3 +637,121 @@ def test_an_ensemble_is_reproducible_from_its_seeded_generator_and_small_shares_
     assert (runs[0] - runs[2]).abs().max() > 1e-4
     tiny = 1e-3 * torch.tensor([1.0, 3.0]).reshape(1, 2, 1, 1)
     torch.testing.assert_close(changing_share(tiny), torch.tensor([0.2]))
+
+
+def test_ensemble_members_are_the_rollouts_of_the_drawn_perturbations():
+    """E1: member m of sample i starts from x_i + a * s * interior * z with z drawn from the
+    generator; E2: GraphMet's first step gets a * sigma_C * z on its coefficients. Each member
+    is exactly the deterministic rollout of that perturbation, and E2 is reproducible from its
+    seeded generator (the same seed: the same members; another seed: others)."""
+    initial, forcing = torch.randn(2, 64, 2), torch.randn(2, 2, 64, 2)
+    start, frame = initial.repeat_interleave(3, 0), forcing.repeat_interleave(3, 0)
+    gnn = _tiny_model("message_passing")
+    gnn.graph.increment_scale = torch.tensor([0.5, 2.0])
+    with torch.no_grad():
+        members = ensemble_rollout(gnn, initial, forcing, 3, 0.7, torch.Generator().manual_seed(5))
+        z = torch.randn(start.shape, generator=torch.Generator().manual_seed(5))
+        moved = start + 0.7 * gnn.graph.increment_scale * gnn.graph.interior * z
+        by_hand, _ = gnn.rollout(moved, frame)
+    torch.testing.assert_close(members, by_hand.unflatten(0, (2, 3)))
+
+    koopman = _tiny_model("graphmet", 0.3 * torch.randn(64, 2))
+    with torch.no_grad():
+        scale = coefficient_scale(koopman, initial, forcing[:, 0])
+        runs = [
+            ensemble_rollout(
+                koopman, initial, forcing, 3, 0.7, torch.Generator().manual_seed(g), scale
+            )
+            for g in (5, 5, 6)
+        ]
+        z = torch.randn((6, *scale.shape), generator=torch.Generator().manual_seed(5))
+        by_hand, _ = koopman.rollout(start, frame, {"coefficient_noise": 0.7 * scale * z})
+    torch.testing.assert_close(runs[0], by_hand.unflatten(0, (2, 3)))
+    torch.testing.assert_close(runs[0], runs[1])
+    assert (runs[0] - runs[2]).abs().max() > 1e-4
+
+
+def test_encoder_input_holds_the_frame_not_the_next_interior_and_reads_forcing_fields():
+    """Eq. G2's input [x_t, frame of x_{t+1}, boundary mask, forcing fields] by hand, with one
+    forcing field (F = 1); the next true state's interior never reaches the forecast."""
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    torch.manual_seed(0)
+    model = GraphWeatherModel(2, 8, MessagePassingProcessor(8, 1), forcing_channels=1)
+    model.attach_graph(graph)
+    state, forcing = torch.randn(2, 64, 2), torch.randn(2, 64, 3)
+    inside = torch.from_numpy(graph.interior).float()[:, None]  # [G, 1]
+    frame = 1 - inside
+    expected = torch.cat(
+        [state, forcing[..., :2] * frame, frame.expand(2, 64, 1), forcing[..., 2:]], -1
+    )
+    torch.testing.assert_close(model_inputs(state, forcing, model.graph.interior), expected)
+    leaked = forcing.clone()
+    leaked[:, inside[:, 0].bool(), :2] += 10.0  # another next-state interior, same frame
+    with torch.no_grad():
+        forecast, _ = model.step(state, forcing)
+        unchanged, _ = model.step(state, leaked)
+        other_field = forcing.clone()
+        other_field[..., 2] += 1.0
+        moved, _ = model.step(state, other_field)
+    torch.testing.assert_close(forecast, unchanged)
+    assert (moved - forecast).abs().max() > 1e-4  # the forcing field is read
+
+
+def test_a_model_with_static_and_forcing_fields_steps_and_attach_graph_keeps_its_scale():
+    """Static fields widen the grid's features (STATIC_FEATURES + S), forcing fields the encoder
+    input (2C + 1 + F); the default climatology covers C + F channels, so the Koopman anomaly
+    origin encodes; attach_graph stores s; a model is built without a graph."""
+    graph = regional_graph((8, 8), 1, 2, 16, boundary=1)
+    graph.grid_static = np.concatenate([graph.grid_static, np.ones((64, 2), np.float32)], 1)
+    torch.manual_seed(0)
+    model = build_model("graphmet", 2, 8, 1, 16, 4, "auto", static_channels=2, forcing_channels=1)
+    assert model.graph is None
+    model.attach_graph(graph, increment_scale=torch.tensor([0.5, 2.0]))
+    torch.testing.assert_close(model.graph.increment_scale, torch.tensor([0.5, 2.0]))
+    assert model.graph.climatology.shape == (64, 3)
+    # The graph (climatology and s included) is attached from the data, never checkpointed, so a
+    # checkpoint loads onto another grid: no graph buffer in the state dict.
+    assert not [key for key in model.state_dict() if key.startswith("graph.")]
+    with torch.no_grad():
+        forecast, _ = model.step(torch.randn(2, 64, 2), torch.randn(2, 64, 3))
+    assert forecast.shape == (2, 64, 2) and torch.isfinite(forecast).all()
+
+
+def test_phase_noise_turns_each_eigenvalue_by_exactly_its_noise():
+    """Eq. K3 with phase noise: Lambda = rho exp(i (omega + eta)): the same modulus, the angle
+    turned by eta, per member."""
+    torch.manual_seed(0)
+    op = KoopmanOperator(8, 4, "modes")
+    eta = 0.2 * torch.randn(3, 4, 4)  # [B, pairs, r]
+    plain, noisy = op.eigenvalues(), op.eigenvalues(eta)
+    assert noisy.shape == (3, 4, 4)
+    torch.testing.assert_close(noisy.abs(), plain.abs().expand_as(noisy))
+    torch.testing.assert_close(noisy, plain * torch.polar(torch.ones_like(eta), eta))
+    c = torch.randn(3, 8, 4)
+    torch.testing.assert_close(op(c, phase_noise=eta), op.to_real(noisy * op.to_complex(c)))
+
+
+def test_operator_starts_near_the_identity_step_and_checks_its_pairing():
+    """init_scale 0.1: |lambda| near 1 and small angles (the step starts near the identity);
+    mode pairs by default; the paired axis must be even, the other need not be; coefficients
+    of any batch shape go to complex pairs (2k, 2k + 1) -> c_2k + i c_2k+1 and back."""
+    torch.manual_seed(0)
+    op = KoopmanOperator(8, 4)
+    assert op.pairing == "modes" and op.log_decay.shape == (4, 4)
+    lam = op.eigenvalues()
+    assert lam.abs().min() > 0.9 and lam.angle().abs().max() < 0.5
+    with pytest.raises(ValueError, match="must be 'modes' or 'channels'"):
+        KoopmanOperator(8, 4, "pairs")
+    with pytest.raises(ValueError, match="needs an even number of modes"):
+        KoopmanOperator(7, 4, "modes")
+    with pytest.raises(ValueError, match="needs an even number of channels"):
+        KoopmanOperator(8, 3, "channels")
+    for pairing, (m, r) in (("modes", (8, 3)), ("channels", (7, 4))):
+        op = KoopmanOperator(m, r, pairing)
+        c = torch.randn(2, 3, m, r)
+        z = op.to_complex(c)
+        if pairing == "modes":
+            torch.testing.assert_close(z[1, 2, 3, 1], torch.complex(c[1, 2, 6, 1], c[1, 2, 7, 1]))
+        else:
+            torch.testing.assert_close(z[1, 2, 6, 1], torch.complex(c[1, 2, 6, 2], c[1, 2, 6, 3]))
+        torch.testing.assert_close(op.to_real(z), c)

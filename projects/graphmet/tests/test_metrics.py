@@ -91,7 +91,6 @@ def test_activity_subtracts_a_non_constant_climatology():
 def test_hann_taper_removes_the_edge_leakage_of_a_non_periodic_window():
     """A smooth ramp is not periodic on its window: untapered, the jump between opposite edges
     puts energy at high k; tapered, almost none is left there."""
-    from graphmet.metrics import isotropic_spectrum
 
     n = 16
     ramp = torch.linspace(0, 1, n)[None, :].expand(n, n) + torch.linspace(0, 1, n)[:, None]

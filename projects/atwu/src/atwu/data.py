@@ -24,6 +24,7 @@ import functools
 import json
 import random
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -290,12 +291,25 @@ def _qa(question: str, answer: str, fill: str, value: str, wrong: list[str], sub
     )
 
 
+# Birth dates between ages 25 and 95 as Faker's date_of_birth drew them on 2026-12-01, the day
+# the recorded results were made. date_of_birth counts ages from today, so the generated data
+# (and every number trained on it) changed at midnight; a fixed range keeps it reproducible.
+BIRTH_DATES = (date(1930, 12, 1), date(2001, 12, 1))
+
+
+def _birth_date(fake: Faker) -> date:
+    """Faker's date_of_birth(minimum_age=25, maximum_age=95) with "today" fixed at 2026-12-01."""
+    first, last = BIRTH_DATES
+    drawn = fake.date_time_ad(start_datetime=first, end_datetime=last).date()
+    return drawn if drawn != first else drawn + timedelta(days=1)
+
+
 def _value_sampler(fake: Faker, pools: dict[str, list[str]]):
     def draw(relation: str, rng: random.Random) -> str:
         if relation in pools:
             return rng.choice(pools[relation])
         if relation == "birth_date":
-            return fake.date_of_birth(minimum_age=25, maximum_age=95).strftime("%B %d, %Y")
+            return _birth_date(fake).strftime("%B %d, %Y")
         if relation == "book":
             return f'"{fake.catch_phrase().title()}"'
         return f"{fake.last_name()} Prize"

@@ -27,14 +27,12 @@ class MessagePassingProcessor(nn.Module):
         self.edge_embed = mlp(4, dim)
         self.layers = nn.ModuleList(InteractionNet(dim) for _ in range(depth))
 
-    def forward(self, mesh: torch.Tensor, graph, keep_layers: bool = False):
-        """mesh [B, M, d] -> [B, M, d]; with ``keep_layers`` the latents after every layer."""
+    def forward(self, mesh: torch.Tensor, graph):
+        """mesh [B, M, d] -> ([B, M, d], None): the second slot is the Koopman processor's C_t."""
         edges = self.edge_embed(graph.mesh_edge_attr)  # [E, d]; [B, E, d] after layer 1
-        history = [mesh]
         for layer in self.layers:
             mesh, edges = layer(mesh, mesh, graph.mesh_edges, edges)
-            history.append(mesh)
-        return mesh, (history if keep_layers else None)
+        return mesh, None
 
 
 def persistence(initial: torch.Tensor, steps: int) -> torch.Tensor:

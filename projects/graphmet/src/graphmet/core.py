@@ -170,16 +170,15 @@ class GraphWeatherModel(nn.Module):
         self,
         mesh: torch.Tensor,
         perturbation: dict | None = None,
-        keep_layers=False,
         reference: torch.Tensor | None = None,
     ):
-        """P(H): returns H' [B, M, d] and the per-layer latents (GNN) or coefficients (Koopman)."""
+        """P(H): returns H' [B, M, d] and the coefficients C_t (Koopman; None otherwise)."""
         if self.is_koopman:
             if reference is None:
                 reference = self.reference_latent()
             return self.processor(mesh, self.graph.basis, reference, **(perturbation or {}))
         if isinstance(self.processor, MessagePassingProcessor):
-            return self.processor(mesh, self.graph, keep_layers=keep_layers)
+            return self.processor(mesh, self.graph)
         return self.processor(mesh)
 
     def finish(self, state, mesh, grid, forcing) -> torch.Tensor:
@@ -192,11 +191,10 @@ class GraphWeatherModel(nn.Module):
         """One autoregressive step x_t -> x_{t+1}; also returns the latents for diagnostics.
         ``reference``: Hc, computed here when not given (a rollout computes it once)."""
         mesh, grid = self.encode(state, forcing)
-        processed, extra = self.process(mesh, perturbation, reference=reference)
+        processed, _ = self.process(mesh, perturbation, reference=reference)
         return self.finish(state, processed, grid, forcing), {
             "encoded": mesh,
             "processed": processed,
-            "extra": extra,
         }
 
     def rollout(
@@ -306,8 +304,8 @@ def spectral_amplitude_loss(
 def training_objective(
     model: GraphWeatherModel,
     window: torch.Tensor,  # [B, L, G, C + F] consecutive states (normalised) + forcing fields
-    alpha: float = 0.1,
-    lambda_geo: float = 1.0,
+    alpha: float,  # no defaults for the paper's weights: the module passes its hparams
+    lambda_geo: float,
     spectral_weight: float = 0.0,
     rollout_steps: int | None = None,
     oneshot_weight: float = 0.0,
@@ -321,6 +319,8 @@ def training_objective(
     forcing of the next state (the last one with its own)."""
     length = window.shape[1]
     steps = length - 1 if rollout_steps is None else min(rollout_steps, length - 1)
+    if steps < 1:  # before the rollout: torch.stack of no steps fails with a vaguer message
+        raise ValueError("the window needs at least two states and rollout_steps >= 1")
     forcing, channels = window[:, 1:], model.channels
     state, outputs = window[:, 0, :, :channels], []
     reference = model.reference_latent() if model.is_koopman else None
@@ -352,6 +352,4 @@ def training_objective(
             oneshot[:, 1:], window[:, 2:, :, :channels], model.graph.loss_weight
         )
         terms["loss"] = terms["loss"] + oneshot_weight * terms["shot"]
-    if steps == 0:
-        raise ValueError("the window needs at least two states")
     return terms

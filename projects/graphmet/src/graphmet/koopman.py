@@ -90,7 +90,6 @@ class KoopmanProcessor(nn.Module):
 
     def __init__(self, dim: int, modes: int, rank: int, pairing: str = "modes") -> None:
         super().__init__()
-        self.modes = modes
         self.lift = nn.Parameter(torch.linalg.qr(torch.randn(dim, rank))[0])  # A [d, r]
         self.lower = nn.Parameter(self.lift.detach().T.clone())  # B [r, d]
         self.operator = KoopmanOperator(modes, rank, pairing)
