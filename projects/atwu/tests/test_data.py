@@ -1,13 +1,18 @@
+import datetime as dt
 import json
 
+import faker.providers.date_time as faker_dates
 import pytest
 import torch
+from faker import Faker
 
 from atwu.data import (
+    BIRTH_DATES,
     PROMPT,
     TOKEN_CLASSES,
     DataFormatError,
     UnlearningDataModule,
+    _birth_date,
     corpus_texts,
     encode_qa,
     generate_tofu_mini,
@@ -217,12 +222,6 @@ def test_prompt_formats_build_the_same_prompt_everywhere():
 def test_generated_birth_dates_do_not_depend_on_the_day_the_data_is_made(monkeypatch):
     """Faker's date_of_birth counts ages from today, so TOFU-mini changed at midnight (an oracle
     test flipped on 2026-12-02); the fixed range gives the same draws on any day."""
-    import datetime as dt
-
-    import faker.providers.date_time as provider
-    from faker import Faker
-
-    from atwu.data import BIRTH_DATES, _birth_date
 
     def draws():
         fake = Faker()
@@ -236,6 +235,6 @@ def test_generated_birth_dates_do_not_depend_on_the_day_the_data_is_made(monkeyp
         def now(cls, tz=None):
             return cls(2027, 6, 1)
 
-    monkeypatch.setattr(provider, "datetime", NextYear)
+    monkeypatch.setattr(faker_dates, "datetime", NextYear)
     assert draws() == today
     assert all(BIRTH_DATES[0] < d <= BIRTH_DATES[1] for d in today)
