@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from async_schedule.claim import run_claim_experiment
+from async_schedule.claim import Runner, run_claim_experiment, schedule_flags
 from async_schedule.cli import train
 from async_schedule.core import ConvexSchedule
 from async_schedule.model import AsyncDiffusionModule
@@ -215,3 +215,22 @@ def test_ablation_command_runs_its_variants_quickly(tmp_path):
     assert "--model.average=last" in record["rows"]["last_iterate"]["flags"]
     assert record["rows"]["learned_throughout"]["probe"]["0"] is None  # never froze
     assert (tmp_path / "ablations.md").is_file()
+
+
+@pytest.mark.slow  # about 60 s: two spawned workers import torch and build the data
+def test_parallel_prefetch_gives_the_sequential_results():
+    """`workers: 2` trains in spawned processes; the scores and the learned f* are the ones a
+    sequential run gets (training is deterministic per seed), and cached runs are not redone."""
+    settings = {"main_steps": 4, "probe_steps": 4, "num_samples": 32, "sample_steps": 4}
+    jobs = [(schedule_flags(s, {}, settings), 0) for s in ("las", "synchronous")]
+    parallel = Runner({**settings, "workers": 2}, quick=True)
+    parallel.prefetch(jobs)
+    sequential = Runner({**settings, "workers": 1}, quick=True)
+    for flags, seed in jobs:
+        mine, theirs = parallel.cache[(tuple(flags), seed)], sequential.run(flags, seed)
+        assert mine["fd_digit"] == pytest.approx(theirs["fd_digit"], rel=1e-5)
+        assert mine["slopes"] == pytest.approx(theirs["slopes"], rel=1e-5)
+        assert mine["preview"].shape == (64, 1, 16, 16)
+    cached = parallel.cache[(tuple(jobs[0][0]), 0)]
+    parallel.prefetch(jobs)  # everything cached: nothing is retrained
+    assert parallel.cache[(tuple(jobs[0][0]), 0)] is cached

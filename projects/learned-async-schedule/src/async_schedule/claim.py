@@ -24,7 +24,9 @@ digits). Tuning scores the same samples against the validation digits.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,7 @@ from async_schedule.data import MultiRepDataModule
 from async_schedule.evaluate import class_coverage_tv, digit_quality
 from async_schedule.model import CURVE_GRID, AsyncDiffusionModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 
 PROJECT_DIR = project_dir_of(__file__)
 CLAIM_FILE = PROJECT_DIR / "configs" / "claim.yaml"
@@ -77,7 +79,8 @@ def schedule_flags(subject: str, params: dict[str, Any], settings: dict[str, Any
 
 class Runner:
     """Trains configurations through the real CLI and scores them; a configuration trained once
-    on a seed (e.g. during tuning) is not trained again (training is deterministic)."""
+    on a seed (e.g. during tuning) is not trained again (training is deterministic).
+    ``prefetch`` trains a list of configurations in ``settings.workers`` processes."""
 
     def __init__(self, settings: dict[str, Any], quick: bool) -> None:
         self.settings, self.quick = settings, quick
@@ -88,12 +91,31 @@ class Runner:
         self.evaluator = self.data.evaluator()
         self.references = {split: self.data.reference(split) for split in ("val", "test")}
         self.cache: dict[tuple, dict[str, Any]] = {}
-        self.models: dict[tuple, AsyncDiffusionModule] = {}
 
     def run(self, flags: list[str], seed: int) -> dict[str, Any]:
         key = (tuple(flags), seed)
-        if key in self.cache:
-            return self.cache[key]
+        if key not in self.cache:
+            self.cache[key] = self.train_and_score(flags, seed)
+        return self.cache[key]
+
+    def prefetch(self, jobs: list[tuple[list[str], int]]) -> None:
+        """Train and score every (flags, seed) not yet cached, in parallel processes (each one
+        thread; the slowest, LAS with its probe, first so the workers finish together)."""
+        todo = list(dict.fromkeys((tuple(f), s) for f, s in jobs))
+        todo = [job for job in todo if job not in self.cache]
+        todo.sort(key=lambda job: not any(f.startswith("--model.probe_steps=") for f in job[0]))
+        workers = int(self.settings.get("workers", 1))
+        if workers <= 1 or len(todo) <= 1:
+            for flags, seed in todo:
+                self.run(list(flags), seed)
+            return
+        context = multiprocessing.get_context("spawn")  # forking after torch started can hang
+        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=context) as pool:
+            outs = pool.map(_train_in_worker, [(self.settings, self.quick, job) for job in todo])
+            for job, result in zip(todo, outs, strict=True):
+                self.cache[job] = result
+
+    def train_and_score(self, flags: list[str], seed: int) -> dict[str, Any]:
         s = self.settings
         learned_probe = next(
             (int(f.split("=")[1]) for f in flags if f.startswith("--model.probe_steps=")), 0
@@ -115,11 +137,11 @@ class Runner:
         seconds = time.perf_counter() - start
         result = self.score(cli.model, seed)
         result["train_s"] = seconds
-        self.cache[key], self.models[key] = result, cli.model
         return result
 
     def score(self, model: AsyncDiffusionModule, seed: int) -> dict[str, Any]:
-        """FD-digit etc. of ``num_samples`` unconditional samples (EMA weights, Euler)."""
+        """FD-digit etc. of ``num_samples`` unconditional samples (EMA weights, Euler), and 64
+        samples from a fixed generator for the figure."""
         s = self.settings
         generator = torch.Generator().manual_seed(10_000 + seed)
         model.eval()
@@ -128,6 +150,7 @@ class Runner:
         test_images, test_labels = self.references["test"]
         test = digit_quality(self.evaluator, texture, test_images)
         val = digit_quality(self.evaluator, texture, self.references["val"][0])
+        _, preview = model.generate(64, s["sample_steps"], torch.Generator().manual_seed(0))
         with torch.no_grad():
             lag = float((CURVE_GRID - model.schedule_curve()).max())
         return {
@@ -139,7 +162,21 @@ class Runner:
             "max_lag": lag,
             "probe": dict(model.probe_report),
             "slopes": model.schedule_slopes() if hasattr(model.schedule, "raw_increments") else [],
+            "schedule_init": float(model.hparams.schedule_init),
+            "preview": preview.cpu().numpy(),
         }
+
+
+_WORKER_RUNNER: Runner | None = None  # one per worker process: the data is built once
+
+
+def _train_in_worker(job: tuple[dict[str, Any], bool, tuple[tuple[str, ...], int]]) -> dict:
+    global _WORKER_RUNNER
+    settings, quick, (flags, seed) = job
+    torch.set_num_threads(1)
+    if _WORKER_RUNNER is None:
+        _WORKER_RUNNER = Runner(settings, quick)
+    return _WORKER_RUNNER.train_and_score(list(flags), seed)
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
@@ -158,7 +195,30 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
         return runner.run(schedule_flags(subject, params, settings), seed)["val_fd_digit"]
 
+    # Everything that does not depend on the tuning's outcome, in parallel: the grids on the
+    # tuning seed and the untuned subjects on every seed. Then the tuned baselines' other seeds.
+    grids = tuning_grids(spec.tuning, spec.subjects)
+    runner.prefetch(
+        [
+            (schedule_flags(subject, params, settings), spec.seeds[0])
+            for subject, grid in grids.items()
+            for params in grid
+        ]
+        + [
+            (schedule_flags(subject, {}, settings), seed)
+            for seed in spec.seeds
+            for subject, grid in grids.items()
+            if grid == [{}]
+        ]
+    )
     tuning = tune(spec, validation_score)
+    runner.prefetch(
+        [
+            (schedule_flags(subject, tuning.best.get(subject, {}), settings), seed)
+            for seed in spec.seeds
+            for subject in spec.subjects
+        ]
+    )
     extras: dict[str, dict[int, dict[str, Any]]] = {s: {} for s in spec.subjects}
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
@@ -170,7 +230,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     judgement = judge(spec, results)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    figures = write_figures(out, runner, extras, tuning.best, settings)
+    figures = write_figures(out, extras, tuning.best, settings)
     evidence = learned_schedule_evidence(extras["las"], extras["zero_probe"])
     evidence["train_s"] = {
         s: float(np.mean([r["train_s"] for r in by_seed.values()])) for s, by_seed in extras.items()
@@ -250,7 +310,7 @@ def notes(evidence: dict, settings: dict) -> str:
     )
 
 
-def write_figures(out: Path, runner: Runner, extras: dict, best: dict, settings: dict) -> list:
+def write_figures(out: Path, extras: dict, best: dict, settings: dict) -> list:
     """learned_schedule.png (f* per seed, the start schedule, the tuned hand-designed schedules)
     and samples.png (LAS vs synchronous samples, seed of the first run)."""
     import matplotlib
@@ -264,7 +324,7 @@ def write_figures(out: Path, runner: Runner, extras: dict, best: dict, settings:
     tau = torch.linspace(0, 1, 201, dtype=torch.float64)
     fig, ax = plt.subplots(figsize=(4.8, 4.4), dpi=120)
     ax.plot(tau, tau, color="gray", lw=1, label="synchronous")
-    start = ConvexSchedule(8, float(runner_default(runner, "schedule_init")))
+    start = ConvexSchedule(8, next(iter(extras["las"].values()))["schedule_init"])
     with torch.no_grad():
         ax.plot(tau, start(tau), ":", color="black", lw=1.5, label="LAS start (zero-length probe)")
         for seed, result in extras["las"].items():
@@ -291,22 +351,14 @@ def write_figures(out: Path, runner: Runner, extras: dict, best: dict, settings:
     seed = min(extras["las"])
     fig, axes = plt.subplots(1, 2, figsize=(7, 3.6), dpi=120)
     for ax, subject in zip(axes, ("las", "synchronous"), strict=True):
-        key = (tuple(schedule_flags(subject, best.get(subject, {}), settings)), seed)
-        model = runner.models[key]
-        _, texture = model.generate(64, settings["sample_steps"], torch.Generator().manual_seed(0))
-        ax.imshow(sample_grid(texture.cpu()), cmap="gray", vmin=-1, vmax=1)
+        preview = torch.from_numpy(extras[subject][seed]["preview"])
+        ax.imshow(sample_grid(preview), cmap="gray", vmin=-1, vmax=1)
         ax.set_title(f"{subject}, seed {seed}", fontsize=9)
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(out / "samples.png")
     plt.close(fig)
     return ["learned_schedule.png", "samples.png"]
-
-
-def runner_default(runner: Runner, name: str):
-    """A model default as default.yaml sets it (read from a trained model's hyper-parameters)."""
-    model = next(iter(runner.models.values()))
-    return model.hparams[name]
 
 
 def sample_grid(images: torch.Tensor, columns: int = 8) -> np.ndarray:
@@ -350,10 +402,15 @@ def run_ablations(argv: list[str] | None = None) -> dict[str, Any]:
     las = schedule_flags("las", {}, settings)
     total = settings["main_steps"] + settings["probe_steps"]
     rows: dict[str, dict[str, Any]] = {}
-    for name in args.only or ABLATIONS:
-        flags = [*las, *ABLATIONS[name]]
-        if name == "learned_throughout":
-            flags.append(f"--trainer.max_steps={total}")
+    names = args.only or list(ABLATIONS)
+
+    def ablation_flags(name: str) -> list[str]:
+        extra = [f"--trainer.max_steps={total}"] if name == "learned_throughout" else []
+        return [*las, *ABLATIONS[name], *extra]
+
+    runner.prefetch([(ablation_flags(name), seed) for name in names for seed in spec.seeds])
+    for name in names:
+        flags = ablation_flags(name)
         per_seed = {seed: runner.run(flags, seed) for seed in spec.seeds}
         row = {"flags": flags, "per_seed": {}}
         for metric in ("fd_digit", "class_tv", "max_lag"):
