@@ -6,7 +6,7 @@ from papers_eval import judge, load_claim, load_claim_spec
 
 @pytest.mark.slow
 def test_claim_experiment(tmp_path):
-    """The full miniature (about 15 minutes on 2 cores): the record is complete, the verdict is
+    """The full miniature (about 40 minutes on 2 cores): the record is complete, the verdict is
     the one papers_eval computes from the pre-registered checks, and the controls are judged."""
     outcome = run_claim_experiment(["--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")

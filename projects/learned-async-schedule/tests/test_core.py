@@ -284,3 +284,174 @@ def test_relative_stable_window_needs_f_to_stop_moving():
     assert detect_stable_window(drift, lag=10, threshold=0.1, relative=True) == 70  # fallback
     settled = torch.cat([drift, torch.full((50, 3), 0.02)])
     assert 85 <= detect_stable_window(settled, lag=10, threshold=0.1, relative=True) <= 100
+
+
+# ----------------------------------------------------------------- value tests (mutation lane)
+
+
+def test_schedule_defaults_bins_and_errors():
+    assert ConvexSchedule().bins == 8  # Eq. 3's K in the README
+    single = ConvexSchedule(bins=1, init_increment=0.0).double()  # one bin: a quadratic f
+    with torch.no_grad():
+        assert_convex_monotone_bijection(single(GRID))
+    with pytest.raises(ValueError, match="^a schedule needs at least one bin, got bins=0$"):
+        ConvexSchedule(bins=0)
+
+
+def test_schedules_clamp_times_outside_the_unit_interval():
+    """Every schedule reads tau outside [0, 1] as the nearest end: f = 0 / 1, f' = the end slopes,
+    the SFD path at its start / end (a bisection or an ODE step may overshoot slightly)."""
+    outside = torch.tensor([-0.5, 1.5], dtype=torch.float64)
+    ends = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    learned = random_schedule(3).double()
+    with torch.no_grad():
+        assert torch.equal(learned(outside), ends)
+        assert torch.allclose(learned.derivative(outside), learned.derivative(ends))
+    for p in (1.5, 3.0):
+        power = PowerSchedule(p)
+        assert torch.equal(power(outside), ends) and torch.equal(power.inverse(outside), ends)
+        assert torch.equal(power.derivative(outside), power.derivative(ends))
+    lead, lag = SFDShiftedPath(0.3).times(outside)
+    assert torch.equal(lead, ends) and torch.equal(lag, ends)
+
+
+def test_from_normalised_slopes_rejects_invalid_slopes():
+    for bad in ([-1.0, -2.0, -3.0], [1.0, 1.0, 2.0], [1.0, 0.5, 2.0]):
+        with pytest.raises(
+            ValueError, match="^knot slopes must be positive and strictly increasing$"
+        ):
+            ConvexSchedule.from_normalised_slopes(torch.tensor(bad))
+
+
+def test_time_sampler_and_density_at_a_shifted_logit_normal():
+    """Eq. 4 with loc = 0.5, scale = 0.7: the sampler's histogram and the density agree, and
+    the density matches scipy's logit-normal; the same generator gives the same draws."""
+    density = {"loc": 0.5, "scale": 0.7, "uniform_share": 0.2}
+    x = torch.tensor([0.1, 0.5, 0.8], dtype=torch.float64)
+    z = (stats.logistic.ppf(x.numpy()) - 0.5) / 0.7
+    logit_normal = stats.norm.pdf(z) / (0.7 * (x * (1 - x)).numpy())
+    expected = 0.8 * torch.from_numpy(logit_normal) + 0.2
+    assert torch.allclose(global_time_density(x, **density), expected, atol=1e-12)
+    tau = sample_global_time(200_000, torch.Generator().manual_seed(1), **density).double()
+    edges = torch.linspace(0, 1, 11, dtype=torch.float64)
+    cdf = torch.from_numpy(stats.norm.cdf((stats.logistic.ppf(edges.numpy()) - 0.5) / 0.7))
+    shares = torch.histc(tau, bins=10, min=0, max=1) / len(tau)
+    assert torch.allclose(shares, 0.8 * torch.diff(cdf) + 0.2 * 0.1, atol=3e-3)
+    again = sample_global_time(1000, torch.Generator().manual_seed(7), **density)
+    assert torch.equal(again, sample_global_time(1000, torch.Generator().manual_seed(7), **density))
+
+
+def test_corrected_weights_use_the_given_time_density():
+    density = {"loc": -0.4, "scale": 1.3, "uniform_share": 0.05}
+    schedule = random_schedule(4).double()
+    tau = torch.tensor([0.1, 0.45, 0.9], dtype=torch.float64)
+    with torch.no_grad():
+        f, slope = schedule(tau), schedule.derivative(tau)
+        expected = global_time_density(f, **density) * slope / global_time_density(tau, **density)
+        assert torch.allclose(corrected_lag_weight(tau, schedule, **density), expected)
+        assert torch.allclose(schedule_corrected_weight(tau, f, slope, **density), expected)
+        assert not torch.allclose(corrected_lag_weight(tau, schedule), expected)
+
+
+def test_joint_loss_values_by_hand():
+    """Per-representation mean squared velocity error per sample; the lag term weighted per
+    sample; total = lead_weight * lead + mean(w * lag)."""
+    v_lead = torch.full((2, 3, 1, 1), 1.0)
+    u_lead = torch.tensor([2.0, 3.0]).reshape(2, 1, 1, 1).expand(2, 3, 1, 1)  # errors 1 and 2
+    v_lag = torch.full((2, 1, 2, 2), 2.0)
+    u_lag = torch.tensor([[[[3.0, 3.0], [3.0, 3.0]]], [[[5.0, 5.0], [5.0, 3.0]]]])
+    weight = torch.tensor([0.5, 2.0])
+    out = joint_flow_matching_loss(v_lead, v_lag, u_lead, u_lag, weight, lead_weight=3.0)
+    lead = (1.0 + 4.0) / 2
+    lag_per_sample = torch.tensor([1.0, (9 * 3 + 1) / 4])
+    assert out["loss_lead"].item() == pytest.approx(lead)
+    assert out["loss_lag"].item() == pytest.approx(lag_per_sample.mean().item())
+    assert out["loss"].item() == pytest.approx(3.0 * lead + (weight * lag_per_sample).mean().item())
+    plain = joint_flow_matching_loss(v_lead, v_lag, u_lead, u_lag)  # lead weight 1, no w
+    assert plain["loss"].item() == pytest.approx(lead + lag_per_sample.mean().item())
+
+
+def test_stable_window_edge_cases():
+    one = torch.zeros(1, 2)
+    assert detect_stable_window(one, lag=10, threshold=0.1) == 0  # fallback of a 1-step probe
+    assert detect_stable_window(torch.zeros(3, 2), lag=10, threshold=0.1) == 2  # last 30%
+    # a jump at the very last step: nothing at the end is stable -> the fallback
+    jump = torch.cat([torch.zeros(19, 1), torch.ones(1, 1)])
+    assert detect_stable_window(jump, lag=1, threshold=0.5) == 14
+    # a change equal to the threshold is not stable; only the last pair is -> window of 2
+    steps = torch.tensor([0.0, 0.5, 1.0, 1.5, 1.5])[:, None]
+    assert detect_stable_window(steps, lag=1, threshold=0.5) == 3
+    # relative: a share of the largest distance from the *first* curve (0.85 here, threshold
+    # 0.085): the 0.07 steps after the first jump are stable. Measured from the second curve
+    # (0.5) they would not be; an offset keeps the level itself out of the rule.
+    curves = torch.tensor([0.0, 0.5, 0.57, 0.64, 0.71, 0.78, 0.85, 0.85])[:, None] + 5.0
+    assert detect_stable_window(curves, lag=1, threshold=0.1, relative=True) == 1
+    assert detect_stable_window(curves, lag=1, threshold=0.06, relative=True) == 6
+
+
+def test_guidance_values_and_matching_representations():
+    good, bad = (
+        (torch.tensor([3.0, -1.0]), torch.tensor([2.0])),
+        (torch.tensor([1.0, 1.0]), torch.tensor([-2.0])),
+    )
+    lead, lag = guided_velocity(good, bad, 2.5)
+    assert torch.allclose(lead, torch.tensor([1.0 + 2.5 * 2.0, 1.0 - 2.5 * 2.0]))
+    assert torch.allclose(lag, torch.tensor([-2.0 + 2.5 * 4.0]))
+    with pytest.raises(ValueError):
+        guided_velocity(good, (*bad, torch.zeros(1)), 2.0)
+
+
+@pytest.mark.parametrize("method", ["euler", "heun"])
+def test_joint_ode_steps_by_hand(method):
+    """Two steps on distinct grids: v_lead = -2 x_lead (Heun multiplies by 1 + lh + (lh)^2 / 2),
+    v_lag = t_lag (Heun integrates it by the trapezoid rule, which needs the next lag time). The
+    last step is Euler for both methods."""
+    lead_times = torch.tensor([0.0, 0.5, 1.0])
+    lag_times = torch.tensor([0.0, 0.2, 1.0])
+
+    def velocity(a, b, t_lead, t_lag):
+        return -2 * a, t_lag.reshape(-1, 1, 1, 1).expand_as(b)
+
+    x_lead, x_lag = torch.ones(1, 1, 1, 1), torch.zeros(1, 1, 2, 2)
+    lead, lag = sample_joint_ode(velocity, x_lead, x_lag, lead_times, lag_times, method)
+    euler_step = 1 - 2 * 0.5
+    first = 1 - 1.0 + 1.0**2 / 2 if method == "heun" else euler_step
+    assert lead.flatten()[0].item() == pytest.approx(first * euler_step)
+    first_lag = 0.2 * (0.0 + 0.2) / 2 if method == "heun" else 0.0
+    assert torch.allclose(lag, torch.full_like(lag, first_lag + 0.8 * 0.2))
+
+
+def test_joint_ode_default_is_euler_and_bad_methods_are_named():
+    def velocity(a, b, t_lead, t_lag):
+        return -2 * a, -2 * b
+
+    grid = torch.tensor([0.0, 0.5, 1.0])
+    x = torch.ones(1, 1, 1, 1)
+    default = sample_joint_ode(velocity, x, x, grid, grid)
+    assert torch.equal(default[0], sample_joint_ode(velocity, x, x, grid, grid, "euler")[0])
+    with pytest.raises(ValueError, match="^unknown ODE method 'rk4'; use 'euler' or 'heun'$"):
+        sample_joint_ode(velocity, x, x, grid, grid, "rk4")
+
+
+def test_time_grids_have_steps_plus_one_points():
+    lead, lag = schedule_time_grid(PowerSchedule(2.0), 5)
+    assert torch.allclose(lead, torch.linspace(0, 1, 6)) and torch.allclose(lag, lead**2)
+    sfd_lead, sfd_lag = SFDShiftedPath(0.5).time_grid(6)
+    u = 1.5 * torch.linspace(0, 1, 7, dtype=torch.float64)
+    assert torch.allclose(sfd_lead, u.clamp(0, 1).float())
+    assert torch.allclose(sfd_lag, (u - 0.5).clamp(0, 1).float())
+
+
+def test_baseline_defaults_derivative_and_errors():
+    with torch.no_grad():
+        assert torch.equal(PowerSchedule()(GRID), GRID)  # the default is synchronous
+    assert SFDShiftedPath().delta == 0.3  # SFD's published offset
+    tau = torch.linspace(0.05, 0.95, 19, dtype=torch.float64, requires_grad=True)
+    for p in (1.0, 1.5, 3.0):
+        (autograd,) = torch.autograd.grad(PowerSchedule(p)(tau).sum(), tau)
+        assert torch.allclose(PowerSchedule(p).derivative(tau.detach()), autograd)
+    for delta in (0.0, 1.0):
+        with pytest.raises(
+            ValueError, match=rf"^the SFD offset D must lie in \(0, 1\), got {delta}$"
+        ):
+            SFDShiftedPath(delta)
