@@ -1,0 +1,1 @@
+"""Dual-Reference DGO: offline adaptive fast/slow reasoning for VLMs."""

@@ -1,0 +1,162 @@
+"""The embedded miniature: a visual digit-sum task and two scripted behaviour policies.
+
+A prompt is a 36x36 image, a 3x3 grid of 12x12 cells; the first k cells (reading order) hold a
+digit drawn from a fixed 5x3 glyph font (scaled x2, random brightness, pixel noise), the rest are
+empty. The question asks for the sum of the digits mod 10; the difficulty is k (1..k_max), visible
+as the number of filled cells. The glyphs are synthetic, not MNIST: a tiny VLM trained for a
+minute on 2 CPU cores has to be able to read them.
+
+Behaviour policies (scripted, with known accuracies and lengths, so the positive control can use
+the exact partition functions of Eq. 3 in core.py):
+
+- fast ``mu_F``: ``<fast> A: d``, correct with probability p_F(k) = clip(fast_intercept -
+  fast_slope k, 0.02, 0.98), else a uniformly drawn wrong digit;
+- slow ``mu_S``: ``<think> s1 s2 ... sk </think> A: d`` (the running sum mod 10 after each
+  cell; one token per cell, so step i reads cell i at a fixed offset), correct with probability p_S(k) = 1 - slow_error k; a wrong trace has one
+  slipped running sum at a uniformly drawn step, carried to the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+FONT = {  # 5 rows x 3 columns
+    "0": ["###", "#.#", "#.#", "#.#", "###"],
+    "1": [".#.", "##.", ".#.", ".#.", "###"],
+    "2": ["###", "..#", "###", "#..", "###"],
+    "3": ["###", "..#", ".##", "..#", "###"],
+    "4": ["#.#", "#.#", "###", "..#", "..#"],
+    "5": ["###", "#..", "###", "..#", "###"],
+    "6": ["###", "#..", "###", "#.#", "###"],
+    "7": ["###", "..#", ".#.", ".#.", ".#."],
+    "8": ["###", "#.#", "###", "#.#", "###"],
+    "9": ["###", "#.#", "###", "..#", "###"],
+}
+GLYPHS = {d: np.array([[c == "#" for c in row] for row in rows], np.float32) for d, rows in FONT.items()}
+CELL, GRID = 12, 3
+IMAGE_SIZE = CELL * GRID
+QUESTION = "sum ?"
+MODE_TOKENS = {"fast": "<fast>", "slow": "<think>"}
+END_THINK = "</think>"
+ANSWER_TAG = "A:"
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """What the generator depends on (hashed into the cache key)."""
+
+    k_max: int = 8
+    fast_intercept: float = 1.3
+    fast_slope: float = 0.3
+    slow_error: float = 0.01
+    noise: float = 0.1
+    n_fast: int = 2
+    n_slow: int = 6
+    length_cost: float = 0.2  # lambda in r = 1[correct] - lambda len / len_max
+
+    def fast_accuracy(self, k: int) -> float:
+        return float(np.clip(self.fast_intercept - self.fast_slope * k, 0.02, 0.98))
+
+    def slow_accuracy(self, k: int) -> float:
+        return float(np.clip(1.0 - self.slow_error * k, 0.05, 1.0))
+
+    @property
+    def max_length(self) -> int:
+        return slow_length(self.k_max)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def fast_length() -> int:
+    """Tokens of a fast response: <fast> A: d </s>."""
+    return 4
+
+
+def slow_length(k: int) -> int:
+    """Tokens of a slow response: <think>, k running sums, </think> A: d </s>."""
+    return k + 5
+
+
+def reward(correct: bool | np.ndarray, length: int | np.ndarray, task: TaskConfig):
+    """r = 1[correct] - lambda len / len_max (the verifier plus the length cost)."""
+    return np.asarray(correct, np.float64) - task.length_cost * np.asarray(length) / task.max_length
+
+
+def render(digits: list[int], rng: np.random.Generator, noise: float) -> np.ndarray:
+    """The prompt image [36, 36] in [0, 1]: glyphs in the first len(digits) cells."""
+    image = np.zeros((IMAGE_SIZE, IMAGE_SIZE), np.float32)
+    for cell, digit in enumerate(digits):
+        row, col = divmod(cell, GRID)
+        glyph = np.kron(GLYPHS[str(digit)], np.ones((2, 2), np.float32))  # [10, 6]
+        top, left = row * CELL + 1, col * CELL + 3
+        image[top : top + 10, left : left + 6] = glyph * rng.uniform(0.7, 1.0)
+    image += noise * rng.standard_normal(image.shape).astype(np.float32)
+    return np.clip(image, 0.0, 1.0)
+
+
+def fast_response(digits: list[int], rng: np.random.Generator, task: TaskConfig) -> tuple[str, bool]:
+    answer = sum(digits) % 10
+    correct = rng.random() < task.fast_accuracy(len(digits))
+    if not correct:
+        answer = int(rng.choice([d for d in range(10) if d != answer]))
+    return f"{MODE_TOKENS['fast']} {ANSWER_TAG} {answer}", bool(correct)
+
+
+def slow_response(digits: list[int], rng: np.random.Generator, task: TaskConfig) -> tuple[str, bool]:
+    correct = rng.random() < task.slow_accuracy(len(digits))
+    slip = -1 if correct else int(rng.integers(len(digits)))
+    steps, running = [], 0
+    for step, digit in enumerate(digits):
+        running = (running + digit) % 10
+        if step == slip:
+            running = int(rng.choice([d for d in range(10) if d != running]))
+        steps.append(str(running))
+    body = " ".join(steps)
+    return f"{MODE_TOKENS['slow']} {body} {END_THINK} {ANSWER_TAG} {running}", bool(correct)
+
+
+def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
+    """n prompts in the offline file's layout (formats.py), images as arrays.
+
+    Each prompt gets task.n_fast responses of mu_F and task.n_slow of mu_S, scored by the
+    verifier (exact answer match) and the length cost. Prompts and images depend on the seed
+    only; each prompt's responses on (seed, index), so changing the sample counts keeps the
+    prompts (the count-swap check compares the same prompts).
+    """
+    rng = np.random.default_rng(seed)
+    records = []
+    for index in range(n):
+        k = int(rng.integers(1, task.k_max + 1))
+        digits = [int(d) for d in rng.integers(0, 10, size=k)]
+        image = render(digits, rng, task.noise)
+        draws = np.random.default_rng([seed, index])
+        responses = []
+        for mode, count, policy, length in [
+            ("fast", task.n_fast, fast_response, fast_length()),
+            ("slow", task.n_slow, slow_response, slow_length(k)),
+        ]:
+            for _ in range(count):
+                text, correct = policy(digits, draws, task)
+                responses.append(
+                    {
+                        "mode": mode,
+                        "behavior": f"scripted_{mode}",
+                        "text": text,
+                        "reward": float(reward(correct, length, task)),
+                    }
+                )
+        records.append(
+            {
+                "id": f"{seed}-{index}",
+                "image": image,
+                "question": QUESTION,
+                "answer": str(sum(digits) % 10),
+                "difficulty": k,
+                "digits": digits,
+                "responses": responses,
+            }
+        )
+    return records
