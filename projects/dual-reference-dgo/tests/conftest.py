@@ -55,17 +55,46 @@ def offline_records(folder):
     (folder / "img" / "a.png").write_bytes(_png(0))
     fast, slow = "<fast> A: 7", "<think> 3 7 </think> A: 7"
     return [
-        {"id": "a", "images": ["img/a.png"], "question": "sum ?", "answer": "7", "difficulty": 2,
-         "responses": [{"mode": "fast", "behavior": "instruct", "text": fast, "reward": 1.0},
-                       {"mode": "slow", "behavior": "reasoner", "text": slow, "reward": 0.8}]},
-        {"id": "b", "images": [base64.b64encode(_png(1)).decode()], "question": "sum ?", "answer": "3",
-         "difficulty": 1, "responses": [{"mode": "fast", "text": "<fast> A: 4", "reward": 0.0},
-                                        {"mode": "slow", "text": "<think> 4 </think> A: 4", "reward": 0.0}]},
-        {"id": "c", "images": [{"bytes": base64.b64encode(_png(2)).decode(), "path": None}],
-         "question": "sum ?", "answer": "7",
-         "responses": [{"mode": "fast", "text": fast}, {"mode": "slow", "text": "<think> 3 5 </think> A: 5"}]},
-        {"id": "d", "image": "img/a.png", "question": "sum ?", "answer": "7", "difficulty": 3,
-         "responses": [{"mode": "slow", "text": slow}]},
+        {
+            "id": "a",
+            "images": ["img/a.png"],
+            "question": "sum ?",
+            "answer": "7",
+            "difficulty": 2,
+            "responses": [
+                {"mode": "fast", "behavior": "instruct", "text": fast, "reward": 1.0},
+                {"mode": "slow", "behavior": "reasoner", "text": slow, "reward": 0.8},
+            ],
+        },
+        {
+            "id": "b",
+            "images": [base64.b64encode(_png(1)).decode()],
+            "question": "sum ?",
+            "answer": "3",
+            "difficulty": 1,
+            "responses": [
+                {"mode": "fast", "text": "<fast> A: 4", "reward": 0.0},
+                {"mode": "slow", "text": "<think> 4 </think> A: 4", "reward": 0.0},
+            ],
+        },
+        {
+            "id": "c",
+            "images": [{"bytes": base64.b64encode(_png(2)).decode(), "path": None}],
+            "question": "sum ?",
+            "answer": "7",
+            "responses": [
+                {"mode": "fast", "text": fast},
+                {"mode": "slow", "text": "<think> 3 5 </think> A: 5"},
+            ],
+        },
+        {
+            "id": "d",
+            "image": "img/a.png",
+            "question": "sum ?",
+            "answer": "7",
+            "difficulty": 3,
+            "responses": [{"mode": "slow", "text": slow}],
+        },
     ]
 
 

@@ -16,7 +16,7 @@ from dual_dgo.core import (
     sequence_loss,
 )
 
-# two prompts: prompt 0 has 1 fast (r=1) and 2 slow (r=0, 1); prompt 1 has 2 fast (0, 0) and 1 slow (1)
+# prompt 0: 1 fast (r=1) and 2 slow (r=0, 1); prompt 1: 2 fast (0, 0) and 1 slow (1)
 REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
 MODES = torch.tensor([0, 1, 1, 0, 0, 1])
 PROMPTS = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -57,14 +57,19 @@ def test_dual_weights_match_a_hand_count_and_sum_to_one_per_prompt(beta, prior_f
     # the within-mode weights sum to that mode's mass: the router term of Eq. 5
     for prompt in (0, 1):
         for mode in (0, 1):
-            cell = (PROMPTS == prompt) & (MODES == mode)
-            assert weights[cell].sum().item() == pytest.approx(masses[prompt, mode].item(), rel=1e-12)
+            cell = (prompt == PROMPTS) & (mode == MODES)
+            assert weights[cell].sum().item() == pytest.approx(
+                masses[prompt, mode].item(), rel=1e-12
+            )
 
 
 def test_duplicating_one_mode_leaves_dual_masses_but_moves_single_reference():
     slow_twice = MODES == 1
     rewards = torch.cat([REWARDS, REWARDS[slow_twice]])
-    modes, prompts = torch.cat([MODES, MODES[slow_twice]]), torch.cat([PROMPTS, PROMPTS[slow_twice]])
+    modes, prompts = (
+        torch.cat([MODES, MODES[slow_twice]]),
+        torch.cat([PROMPTS, PROMPTS[slow_twice]]),
+    )
     _, before = dual_reference_weights(REWARDS, MODES, PROMPTS, 2, 0.5, HALF)
     _, after = dual_reference_weights(rewards, modes, prompts, 2, 0.5, HALF)
     torch.testing.assert_close(before, after, rtol=1e-12, atol=0)
@@ -128,7 +133,7 @@ def test_fixed_prior_switches_the_competition_off():
     np.testing.assert_allclose(rho.numpy(), [[0.7, 0.3], [0.7, 0.3]], rtol=1e-6)
     fast = (MODES == 0).to(w.dtype)
     for prompt in (0, 1):
-        assert (w * fast)[PROMPTS == prompt].sum().item() == pytest.approx(0.7)
+        assert (w * fast)[prompt == PROMPTS].sum().item() == pytest.approx(0.7)
 
 
 def test_exact_log_partitions_match_the_closed_form():
@@ -154,7 +159,9 @@ def test_sft_rft_and_one_mode_weights_by_hand():
     np.testing.assert_allclose(fast_only.numpy(), [1.0, 0, 0, 0.5, 0.5, 0], atol=1e-12)
     slow_only = baselines.one_mode_weights(REWARDS, MODES, PROMPTS, 2, 0.5, mode=1)
     e = math.exp(2.0)
-    np.testing.assert_allclose(slow_only.numpy(), [0, 1 / (1 + e), e / (1 + e), 0, 0, 1.0], atol=1e-12)
+    np.testing.assert_allclose(
+        slow_only.numpy(), [0, 1 / (1 + e), e / (1 + e), 0, 0, 1.0], atol=1e-12
+    )
 
 
 def test_oracle_route_is_slow_from_the_threshold():
@@ -188,7 +195,9 @@ def test_response_log_probs_split_mode_and_body_and_ignore_the_prompt():
 def test_sequence_loss_sum_and_token_mean_by_hand():
     mode, body = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -5.0])
     lengths, weights = torch.tensor([2.0, 4.0]), torch.tensor([0.25, 0.75])
-    assert sequence_loss(mode, body, lengths, weights, 1).item() == pytest.approx(0.25 * 4 + 0.75 * 7)
+    assert sequence_loss(mode, body, lengths, weights, 1).item() == pytest.approx(
+        0.25 * 4 + 0.75 * 7
+    )
     assert sequence_loss(mode, body, lengths, weights, 2, "token_mean").item() == pytest.approx(
         (0.25 * 4 / 2 + 0.75 * 7 / 4) / 2
     )

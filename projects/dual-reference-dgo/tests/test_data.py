@@ -27,7 +27,9 @@ def test_the_jsonl_reader_parses_every_image_form_and_keeps_missing_rewards(offl
     assert [r["id"] for r in records] == ["a", "b", "c", "d"]
     assert all(r["image"].size == (28, 28) and r["image"].mode == "RGB" for r in records)
     assert records[2]["difficulty"] is None
-    assert records[2]["responses"][0]["reward"] is None and records[0]["responses"][1]["reward"] == 0.8
+    assert (
+        records[2]["responses"][0]["reward"] is None and records[0]["responses"][1]["reward"] == 0.8
+    )
     assert records[0]["responses"][0]["behavior"] == "instruct"
 
 
@@ -44,7 +46,9 @@ def test_parquet_with_raw_image_bytes_reads_like_jsonl(offline_root, make_record
 
 def test_missing_rewards_are_scored_by_the_verifier_and_the_length_cost(offline_root):
     records = read_offline(offline_root / "train.jsonl")
-    score_missing(records, "exact", length_cost=0.5, max_length=10, count_tokens=lambda t: len(t.split()) + 1)
+    score_missing(
+        records, "exact", length_cost=0.5, max_length=10, count_tokens=lambda t: len(t.split()) + 1
+    )
     fast, slow = records[2]["responses"]
     assert fast["reward"] == pytest.approx(1 - 0.5 * 4 / 10)  # <fast> A: 7 </s>: correct
     assert slow["reward"] == pytest.approx(0 - 0.5 * 7 / 10)  # answers 5, the truth is 7
@@ -85,8 +89,13 @@ def test_malformed_records_name_the_problem(offline_root, make_records, tmp_path
 
 def test_grouped_dgo_json_converts_with_completions_or_generated_texts(tmp_path):
     groups = [
-        {"prompt": "sum ?", "completions": ["<think> 3 </think> A: 3", "A: 3"], "weights": [1, 2],
-         "ground_truth": 3, "images": ["x.png"]},
+        {
+            "prompt": "sum ?",
+            "completions": ["<think> 3 </think> A: 3", "A: 3"],
+            "weights": [1, 2],
+            "ground_truth": 3,
+            "images": ["x.png"],
+        },
         {"prompt": "sum ?", "generated_texts": ["A: 5"], "ground_truth": "5", "image": "y.png"},
     ]
     records = convert_grouped_dgo(groups)
@@ -120,7 +129,12 @@ def test_the_scripted_policies_hit_their_target_accuracy_and_lengths():
     for k in (1, 3, 6):
         mine = [r for r in records if r["difficulty"] == k]
         for mode, target in (("fast", task.fast_accuracy(k)), ("slow", task.slow_accuracy(k))):
-            hits = [extract_answer(x["text"]) == r["answer"] for r in mine for x in r["responses"] if x["mode"] == mode]
+            hits = [
+                extract_answer(x["text"]) == r["answer"]
+                for r in mine
+                for x in r["responses"]
+                if x["mode"] == mode
+            ]
             se = np.sqrt(target * (1 - target) / len(hits)) + 1e-3
             assert abs(np.mean(hits) - target) < 4 * se, (k, mode)
     tokenizer = build_mini_tokenizer()
@@ -142,7 +156,11 @@ def test_the_generator_is_seeded_and_the_counts_do_not_change_the_prompts():
 def test_the_image_shows_the_digits_in_the_first_cells():
     record = generate_split(1, seed=0, task=TaskConfig(noise=0.0))[0]
     image = record["image"]
-    filled = [image[r * 12 : (r + 1) * 12, c * 12 : (c + 1) * 12].max() > 0 for r in range(3) for c in range(3)]
+    filled = [
+        image[r * 12 : (r + 1) * 12, c * 12 : (c + 1) * 12].max() > 0
+        for r in range(3)
+        for c in range(3)
+    ]
     assert filled == [i < record["difficulty"] for i in range(9)]
 
 
@@ -179,19 +197,30 @@ def test_a_template_that_writes_its_own_bos_and_think_block_is_handled():
 def test_a_tokenizer_without_mode_tokens_gets_them_added():
     processor = build_mini_processor()
     tokenizer = processor.tokenizer
-    vocab = {t: i for t, i in tokenizer.get_vocab().items() if t not in ("<fast>", "<think>", "</think>")}
+    vocab = {
+        t: i for t, i in tokenizer.get_vocab().items() if t not in ("<fast>", "<think>", "</think>")
+    }
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    backend = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
+    backend = Tokenizer(
+        models.WordLevel(vocab={t: i for i, t in enumerate(vocab)}, unk_token="<unk>")
+    )
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     processor.tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
     )
     encoder = PromptEncoder(processor)
     assert encoder.added_tokens == 3
     ids = encoder.encode_response("<fast> A: 7")
-    assert ids[0] == encoder.fast_id and encoder.tokenizer.convert_ids_to_tokens(int(ids[0])) == "<fast>"
+    assert (
+        ids[0] == encoder.fast_id
+        and encoder.tokenizer.convert_ids_to_tokens(int(ids[0])) == "<fast>"
+    )
 
 
 def test_the_miniature_datamodule_marks_correct_responses_and_the_policy_table():
@@ -207,5 +236,7 @@ def test_the_miniature_datamodule_marks_correct_responses_and_the_policy_table()
     assert item.policy_table[1, 1].item() == pytest.approx(good)
     for reward, correct, mode in zip(item.rewards, item.correct, item.modes, strict=True):
         length = fast_length() if mode == 0 else slow_length(k)
-        assert reward.item() == pytest.approx(float(correct) - task.length_cost * length / task.max_length, abs=1e-6)
+        assert reward.item() == pytest.approx(
+            float(correct) - task.length_cost * length / task.max_length, abs=1e-6
+        )
     assert isinstance(item.prompt.input_ids, torch.Tensor)

@@ -20,7 +20,9 @@ def arrays(p_fast, fast_correct, slow_correct, fast_tokens=4.0, slow_tokens=10.0
         "slow_correct": np.array(slow_correct, float),
         "fast_tokens": np.full(n, fast_tokens),
         "slow_tokens": np.full(n, slow_tokens),
-        "difficulty": np.arange(1, n + 1, dtype=float) if difficulty is None else np.array(difficulty, float),
+        "difficulty": np.arange(1, n + 1, dtype=float)
+        if difficulty is None
+        else np.array(difficulty, float),
     }
 
 
@@ -49,7 +51,9 @@ def test_matched_correctness_switches_a_random_share_to_reach_the_target_tokens(
 def test_gain_at_matched_tokens_rewards_routing_by_difficulty():
     # fast is right on the easy half only; slow is always right
     easy_fast = [1, 1, 0, 0]
-    router = arrays([0.9, 0.9, 0.1, 0.1], easy_fast, [1, 1, 1, 1])  # fast on the easy half: acc 1, 7 tokens
+    router = arrays(
+        [0.9, 0.9, 0.1, 0.1], easy_fast, [1, 1, 1, 1]
+    )  # fast on the easy half: acc 1, 7 tokens
     always_slow = arrays([0.1] * 4, easy_fast, [1, 1, 1, 1])
     gain = gain_at_matched_tokens(router, always_slow)
     assert gain.mean() == pytest.approx(1 - 0.75)
@@ -65,7 +69,9 @@ def test_ridge_probe_r2_is_one_for_a_linear_signal_and_low_for_noise():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(200, 5, generator=g, dtype=torch.float64)
     y = (x @ torch.tensor([1.0, -2.0, 0, 0, 0.5], dtype=torch.float64) + 3).numpy()
-    assert ridge_probe_r2(x[:150], y[:150], x[150:], y[150:], l2=1e-6) == pytest.approx(1.0, abs=1e-6)
+    assert ridge_probe_r2(x[:150], y[:150], x[150:], y[150:], l2=1e-6) == pytest.approx(
+        1.0, abs=1e-6
+    )
     noise = torch.randn(200, 5, generator=g, dtype=torch.float64)
     assert ridge_probe_r2(noise[:150], y[:150], noise[150:], y[150:]) < 0.2
 

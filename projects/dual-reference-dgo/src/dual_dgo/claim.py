@@ -30,7 +30,7 @@ from scipy.stats import spearmanr
 
 from dual_dgo.baselines import oracle_route
 from dual_dgo.cli import DualDgoCLI
-from dual_dgo.data import DualDgoDataModule
+from dual_dgo.data import DualDgoDataModule, collate_prompts
 from dual_dgo.evaluation import (
     accuracy_by_difficulty,
     fast_rate_by_difficulty,
@@ -39,7 +39,7 @@ from dual_dgo.evaluation import (
 )
 from dual_dgo.model import DualDgoModule, chosen, summary_metrics
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 
 CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
 TRAINED = (
@@ -74,79 +74,120 @@ def _flags(settings: dict[str, Any]) -> list[str]:
     return [f"--{key}={value}" for key, value in settings.items()]
 
 
+def _key(job: tuple) -> str:
+    return json.dumps(job, sort_keys=True)
+
+
 class Runner:
-    """Trains and evaluates each (objective, parameters, seed, data) once; the cache serves
-    tuning, the per-seed runs and the ablations alike."""
+    """Trains and evaluates each job once; the cache serves tuning, the per-seed runs and the
+    ablations alike. A job is ``("warm", seed)`` or ``("train", objective, params, seed, data)``.
+    ``prefetch`` runs a list of jobs in ``settings.workers`` spawned processes (one thread each);
+    each job's result depends only on the job, so the order does not matter."""
 
     def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
         self.settings, self.workdir = settings, workdir
         self.cache: dict[str, dict] = {}
 
-    def data_flags(self, extra: dict[str, Any] | None = None) -> list[str]:
-        return _flags({**self.settings["data"], **(extra or {})})
-
     def warm_start(self, seed: int) -> dict:
-        key = f"warm-{seed}"
-        if key not in self.cache:
-            path = self.workdir / f"warm_seed{seed}.ckpt"
-            cli = quiet_fit(
-                DualDgoModule,
-                DualDgoDataModule,
-                project_file=__file__,
-                seed=seed,
-                overrides=[
-                    "--model.objective=sft",
-                    *_flags(self.settings["warm_start"]),
-                    *self.data_flags(),
-                    "--trainer.limit_val_batches=0",
-                ],
-                cli_class=DualDgoCLI,
-            )
-            cli.trainer.save_checkpoint(path)
-            self.cache[key] = {"path": path, **self.evaluate(cli.model, cli.datamodule)}
-        return self.cache[key]
+        return self.result(("warm", seed))
 
     def trained(
         self, objective: str, params: dict[str, Any], seed: int, data: dict | None = None
     ) -> dict:
-        key = json.dumps([objective, params, seed, data or {}], sort_keys=True)
+        return self.result(("train", objective, params, seed, data or {}))
+
+    def result(self, job: tuple) -> dict:
+        key = _key(job)
         if key not in self.cache:
-            warm = self.warm_start(seed)
-            model_flags = {f"model.{k}": v for k, v in params.items()}
-            cli = quiet_fit(
-                DualDgoModule,
-                DualDgoDataModule,
-                project_file=__file__,
-                seed=seed,
-                overrides=[
-                    f"--model.objective={objective}",
-                    f"--model.init_from={warm['path']}",
-                    *_flags({**self.settings["budget"], **model_flags}),
-                    *self.data_flags(data),
-                    "--trainer.limit_val_batches=0",
-                ],
-                cli_class=DualDgoCLI,
-            )
-            self.cache[key] = self.evaluate(cli.model, cli.datamodule)
+            if job[0] == "train":
+                self.warm_start(job[3])
+            self.cache[key] = run_job(job, self.settings, self.workdir)
         return self.cache[key]
 
-    def evaluate(self, model: DualDgoModule, data: DualDgoDataModule) -> dict:
-        """Per-prompt arrays on val and test, the difficulty probe and the max length."""
-        model.eval()
-        out = {"max_length": data.max_length, "length_cost": data.hparams.length_cost}
-        for split in ("val", "test"):
-            items = data.splits[split]
-            parts = [model.evaluate_prompts(items[i : i + 64]) for i in range(0, len(items), 64)]
-            out[split] = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        n_fit = self.settings["probe_train_prompts"]
-        train_items = data.splits["train"][:n_fit]
-        out["probe_r2"] = ridge_probe_r2(
-            prompt_features(model, train_items),
-            np.array([i.difficulty for i in train_items], dtype=np.float64),
-            prompt_features(model, data.splits["val"]),
-            out["val"]["difficulty"],
-        )
-        return out
+    def prefetch(self, jobs: list[tuple]) -> None:
+        """Run the jobs not yet cached (warm starts first) in parallel processes."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        workers = int(self.settings.get("workers", 1))
+        warm = [j for j in jobs if j[0] == "warm"] + [
+            ("warm", j[3]) for j in jobs if j[0] == "train"
+        ]
+        for stage in (warm, [j for j in jobs if j[0] == "train"]):
+            todo = list({_key(j): j for j in stage if _key(j) not in self.cache}.values())
+            if workers <= 1 or len(todo) <= 1:
+                for job in todo:
+                    self.result(job)
+                continue
+            context = multiprocessing.get_context("spawn")  # forking after torch started can hang
+            with ProcessPoolExecutor(
+                min(workers, len(todo)),
+                mp_context=context,
+                initializer=torch.set_num_threads,
+                initargs=(1,),
+            ) as pool:
+                futures = {
+                    _key(j): pool.submit(run_job, j, self.settings, self.workdir) for j in todo
+                }
+                for key, future in futures.items():
+                    self.cache[key] = future.result()
+
+
+def run_job(job: tuple, settings: dict[str, Any], workdir: Path) -> dict:
+    """Train one job through the real CLI (no logger, no checkpoints) and evaluate it."""
+    if job[0] == "warm":
+        seed = job[1]
+        overrides = ["--model.objective=sft", *_flags(settings["warm_start"])]
+    else:
+        _, objective, params, seed, _ = job
+        model_flags = {f"model.{k}": v for k, v in params.items()}
+        overrides = [
+            f"--model.objective={objective}",
+            f"--model.init_from={workdir / f'warm_seed{seed}.ckpt'}",
+            *_flags({**settings["budget"], **model_flags}),
+        ]
+    data = {**settings["data"], **(job[4] if job[0] == "train" else {})}
+    cli = quiet_fit(
+        DualDgoModule,
+        DualDgoDataModule,
+        project_file=__file__,
+        seed=seed,
+        overrides=[*overrides, *_flags(data), "--trainer.limit_val_batches=0"],
+        cli_class=DualDgoCLI,
+    )
+    if job[0] == "warm":
+        cli.trainer.save_checkpoint(workdir / f"warm_seed{seed}.ckpt")
+    return evaluate(cli.model, cli.datamodule, settings["probe_train_prompts"])
+
+
+def evaluate(model: DualDgoModule, data: DualDgoDataModule, n_probe: int) -> dict:
+    """Per-prompt arrays on val and test, the difficulty probe and the reward's constants."""
+    model.eval()
+    out = {"max_length": data.max_length, "length_cost": data.hparams.length_cost}
+    for split in ("val", "test"):
+        items = data.splits[split]
+        parts = [model.evaluate_prompts(items[i : i + 512]) for i in range(0, len(items), 512)]
+        out[split] = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    with torch.no_grad():  # the fast mass the objective's weights put on each training prompt
+        batch = collate_prompts(data.splits["train"])
+        weights = model.response_weights(batch)[0].double()
+        per_prompt = torch.zeros(batch["n_prompts"], dtype=torch.float64)
+        total = per_prompt.index_add(0, batch["prompts"], weights)
+        fast = per_prompt.clone().index_add(0, batch["prompts"], weights * (batch["modes"] == 0))
+        mass = (fast / total.clamp_min(1e-300)).numpy()
+    k = np.array([i.difficulty for i in data.splits["train"]])
+    out["target_fast_by_difficulty"] = [
+        float(mass[k == level].mean()) if (k == level).any() else float("nan")
+        for level in range(1, data.hparams.k_max + 1)
+    ]
+    train_items = data.splits["train"][:n_probe]
+    out["probe_r2"] = ridge_probe_r2(
+        prompt_features(model, train_items),
+        np.array([i.difficulty for i in train_items], dtype=np.float64),
+        prompt_features(model, data.splits["val"]),
+        out["val"]["difficulty"],
+    )
+    return out
 
 
 @torch.no_grad()
@@ -227,12 +268,43 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
             if subject == "oracle_router":
                 result = runner.trained("sft", {}, seed)
-                route = oracle_route(torch.from_numpy(result["val"]["difficulty"]), params["threshold"])
+                route = oracle_route(
+                    torch.from_numpy(result["val"]["difficulty"]), params["threshold"]
+                )
                 return val_reward(result, route.numpy().astype(np.float64))
             return val_reward(runner.trained(subject, params, seed))
 
+        grids = tuning_grids(spec.tuning, spec.subjects)
+        first = spec.seeds[0]
+        runner.prefetch(
+            [("warm", seed) for seed in spec.seeds]
+            + [("train", "sft", {}, first, {})]
+            + [
+                ("train", subject, params, first, {})
+                for subject, grid in grids.items()
+                if subject in TRAINED
+                for params in grid
+                if params
+            ]
+        )
         tuning = tune(spec, validation_score)
         best = tuning.best
+        swapped = settings["swapped_counts"]
+        token_mean = {**best["dual"], "reduction": "token_mean"}
+        runner.prefetch(
+            [("train", s, best.get(s, {}), seed, {}) for seed in spec.seeds for s in TRAINED]
+            + [
+                ("train", s, best[s], seed, swapped)
+                for seed in spec.seeds
+                for s in ("dual", "single_reference")
+            ]
+            + [("train", "dual", token_mean, seed, {}) for seed in spec.seeds]
+            + [
+                ("train", s, best[s], first, {"data.length_cost": cost})
+                for cost in settings["length_cost_sweep"]
+                for s in ("dual", "single_reference")
+            ]
+        )
         per_seed: dict[int, dict[str, dict]] = {}
         ablations: dict[str, list] = {}
 
@@ -248,17 +320,24 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
                     result["test"], tests, length_cost, max_length, k_max
                 ) | {"difficulty_probe_r2": result["probe_r2"], "val_reward": val_reward(result)}
             sft = results["sft"]
-            route = oracle_route(
-                torch.from_numpy(sft["test"]["difficulty"]), best["oracle_router"]["threshold"]
-            ).numpy().astype(np.float64)
-            val_route = oracle_route(
-                torch.from_numpy(sft["val"]["difficulty"]), best["oracle_router"]["threshold"]
-            ).numpy().astype(np.float64)
+            route = (
+                oracle_route(
+                    torch.from_numpy(sft["test"]["difficulty"]), best["oracle_router"]["threshold"]
+                )
+                .numpy()
+                .astype(np.float64)
+            )
+            val_route = (
+                oracle_route(
+                    torch.from_numpy(sft["val"]["difficulty"]), best["oracle_router"]["threshold"]
+                )
+                .numpy()
+                .astype(np.float64)
+            )
             out["oracle_router"] = subject_metrics(
                 sft["test"], tests, length_cost, max_length, k_max, p_slow=route
             ) | {"difficulty_probe_r2": sft["probe_r2"], "val_reward": val_reward(sft, val_route)}
             # the count swap (judged on the method) and the ablations (reported)
-            swapped = settings["swapped_counts"]
             for subject in TRAINED:
                 out[subject]["count_swap_shift"] = float("nan")
             out["oracle_router"]["count_swap_shift"] = 0.0  # routes on the digit count only
@@ -268,12 +347,23 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
                 moved = runner.trained(subject, best[subject], seed, swapped)
                 shift = abs(moved["test"]["p_fast"].mean() - tests[subject]["p_fast"].mean())
                 out[subject]["count_swap_shift"] = float(shift)
-                entry[f"{subject}_swapped"] = summary_metrics(moved["test"], length_cost, max_length)
-            token_mean = runner.trained("dual", {**best["dual"], "reduction": "token_mean"}, seed)
-            entry["dual_token_mean"] = summary_metrics(token_mean["test"], length_cost, max_length)
+                entry[f"{subject}_swapped"] = summary_metrics(
+                    moved["test"], length_cost, max_length
+                )
+            token_mean_run = runner.trained("dual", token_mean, seed)
+            entry["dual_token_mean"] = summary_metrics(
+                token_mean_run["test"], length_cost, max_length
+            )
             entry["fast_rate_by_difficulty"] = {
                 s: fast_rate_by_difficulty(a, k_max)
-                for s, a in {**tests, "warm_start": warm["test"], "dual_token_mean": token_mean["test"]}.items()
+                for s, a in {
+                    **tests,
+                    "warm_start": warm["test"],
+                    "dual_token_mean": token_mean_run["test"],
+                }.items()
+            }
+            entry["target_fast_by_difficulty"] = {
+                s: r["target_fast_by_difficulty"] for s, r in results.items()
             }
             entry["summary"] = {
                 s: summary_metrics(a, length_cost, max_length)
@@ -310,9 +400,11 @@ def length_cost_sweep(runner: Runner, settings: dict, best: dict, seed: int) -> 
     """Accuracy and tokens of the method and single-reference DGO as the length cost varies
     (seed 0; each length cost re-scores the same offline responses)."""
     rows = []
-    for cost in [settings["data"]["data.length_cost"], *settings["length_cost_sweep"]]:
+    default = settings["data"]["data.length_cost"]
+    for cost in [default, *settings["length_cost_sweep"]]:
+        data = {} if cost == default else {"data.length_cost": cost}
         for subject in ("dual", "single_reference"):
-            result = runner.trained(subject, best[subject], seed, {"data.length_cost": cost})
+            result = runner.trained(subject, best[subject], seed, data)
             metrics = summary_metrics(result["test"], result["length_cost"], result["max_length"])
             rows.append({"subject": subject, "length_cost": cost, **_plain(metrics)})
     return rows
@@ -332,7 +424,22 @@ def write_plots(out: str | Path, per_seed: list[dict], sweep: list[dict], k_max:
     names = [*TRAINED, "warm_start", "dual_token_mean"]
     for name in names:
         curves = np.array([entry["fast_rate_by_difficulty"][name] for entry in per_seed])
-        ax.plot(levels, np.nanmean(curves, axis=0), marker="o", label=name, lw=2.5 if name == "dual" else 1)
+        line = ax.plot(
+            levels,
+            np.nanmean(curves, axis=0),
+            marker="o",
+            label=name,
+            lw=2.5 if name == "dual" else 1,
+        )
+        if name in ("dual", "single_reference"):  # the masses the objective trains toward
+            target = np.array([entry["target_fast_by_difficulty"][name] for entry in per_seed])
+            ax.plot(
+                levels,
+                np.nanmean(target, axis=0)[: len(levels)],
+                ls="--",
+                color=line[0].get_color(),
+                label=f"{name} target rho_F",
+            )
     ax.set(xlabel="digits in the image (difficulty)", ylabel="P(fast), exact", ylim=(0, 1))
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -341,7 +448,9 @@ def write_plots(out: str | Path, per_seed: list[dict], sweep: list[dict], k_max:
     fig, ax = plt.subplots(figsize=(5, 4))
     for subject, marker in (("dual", "o"), ("single_reference", "s")):
         rows = sorted((r for r in sweep if r["subject"] == subject), key=lambda r: r["length_cost"])
-        ax.plot([r["tokens"] for r in rows], [r["accuracy"] for r in rows], marker=marker, label=subject)
+        ax.plot(
+            [r["tokens"] for r in rows], [r["accuracy"] for r in rows], marker=marker, label=subject
+        )
         for r in rows:
             ax.annotate(f"λ={r['length_cost']:g}", (r["tokens"], r["accuracy"]), fontsize=7)
     ax.set(xlabel="mean generated tokens (greedy)", ylabel="accuracy (greedy)")

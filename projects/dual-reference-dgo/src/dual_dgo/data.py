@@ -33,6 +33,7 @@ HOW_TO_GET = (
     "(README, 'Paper scale'); `dual-reference-dgo-convert` turns DGO's grouped JSON into it."
 )
 SPLITS = ("train", "val", "test")
+_ENCODED: dict[tuple, dict[str, list]] = {}  # the last miniature encoded in this process
 
 
 def build_processor(checkpoint: str | None):
@@ -98,6 +99,7 @@ class DualDgoDataModule(LightningDataModule):
         n_fast: NonNegativeInt = 2,
         n_slow: NonNegativeInt = 6,
         length_cost: NonNegativeFloat = 0.2,
+        difficulty: Literal["harmonic", "uniform"] = "harmonic",
         max_length: PositiveInt | None = None,
         verifier: Literal["exact", "numeric", "choice"] = "exact",
         batch_prompts: PositiveInt = 32,
@@ -111,7 +113,13 @@ class DualDgoDataModule(LightningDataModule):
     @property
     def task(self) -> TaskConfig:
         h = self.hparams
-        return TaskConfig(k_max=h.k_max, n_fast=h.n_fast, n_slow=h.n_slow, length_cost=h.length_cost)
+        return TaskConfig(
+            k_max=h.k_max,
+            n_fast=h.n_fast,
+            n_slow=h.n_slow,
+            length_cost=h.length_cost,
+            difficulty=h.difficulty,
+        )
 
     def setup(self, stage: str | None = None) -> None:
         if self.encoder is not None:
@@ -127,11 +135,23 @@ class DualDgoDataModule(LightningDataModule):
         if h.root is None:
             task = self.task
             sizes = {"train": h.n_train, "val": h.n_val, "test": h.n_test}
-            raw = {s: generate_split(sizes[s], self.seed * 3 + i, task) for i, s in enumerate(SPLITS)}
+            key = (repr(task), tuple(sizes.values()), self.seed, h.checkpoint, h.verifier)
+            if key not in _ENCODED:  # a claim worker trains many objectives on the same data
+                raw = {
+                    s: generate_split(sizes[s], self.seed * 3 + i, task)
+                    for i, s in enumerate(SPLITS)
+                }
+                _ENCODED.clear()
+                _ENCODED[key] = {
+                    name: [self._encode(r) for r in records] for name, records in raw.items()
+                }
+            self.splits = {name: list(items) for name, items in _ENCODED[key].items()}
             self.max_length = task.max_length
         else:
             raw = self._read_real(h.root)
-        self.splits = {name: [self._encode(r) for r in records] for name, records in raw.items()}
+            self.splits = {
+                name: [self._encode(r) for r in records] for name, records in raw.items()
+            }
 
     def _read_real(self, root: str) -> dict[str, list[dict]]:
         folder = resolve_data_root(root, DATASET, [f"{s}.jsonl" for s in SPLITS], HOW_TO_GET)
@@ -141,17 +161,28 @@ class DualDgoDataModule(LightningDataModule):
             path = next((p for p in found if p.is_file()), None)
             if path is None:
                 raise DatasetNotFoundError(
-                    DATASET, folder, [f"{s}.jsonl" for s in SPLITS], HOW_TO_GET,
+                    DATASET,
+                    folder,
+                    [f"{s}.jsonl" for s in SPLITS],
+                    HOW_TO_GET,
                     missing=[f"{split}.jsonl or {split}.parquet"],
                 )
             out[split] = read_offline(path)
         lengths = [
-            self.encoder.count_tokens(r["text"]) for rs in out.values() for x in rs for r in x["responses"]
+            self.encoder.count_tokens(r["text"])
+            for rs in out.values()
+            for x in rs
+            for r in x["responses"]
         ]
         self.max_length = self.hparams.max_length or max(lengths)
         for records in out.values():
-            score_missing(records, self.hparams.verifier, self.hparams.length_cost, self.max_length,
-                          self.encoder.count_tokens)
+            score_missing(
+                records,
+                self.hparams.verifier,
+                self.hparams.length_cost,
+                self.max_length,
+                self.encoder.count_tokens,
+            )
         return out
 
     def _encode(self, record: dict) -> PromptItem:
@@ -187,7 +218,9 @@ class DualDgoDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # An order fixed by (seed, epoch), so a resumed run sees the uninterrupted run's batches.
-        order = EpochShuffle(len(self.splits["train"]), self.seed, lambda: self.trainer.current_epoch)
+        order = EpochShuffle(
+            len(self.splits["train"]), self.seed, lambda: self.trainer.current_epoch
+        )
         return self._loader("train", sampler=order)
 
     def val_dataloader(self) -> DataLoader:

@@ -39,7 +39,9 @@ def matched_correctness(arrays: dict[str, np.ndarray], target_tokens: float) -> 
 
 
 def gain_at_matched_tokens(
-    subject: dict[str, np.ndarray], baseline: dict[str, np.ndarray], p_slow: np.ndarray | None = None
+    subject: dict[str, np.ndarray],
+    baseline: dict[str, np.ndarray],
+    p_slow: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per prompt: the subject's correctness minus the baseline's at the subject's mean tokens."""
     picked = chosen(subject, p_slow)
@@ -47,9 +49,14 @@ def gain_at_matched_tokens(
 
 
 def ridge_probe_r2(
-    train_x: torch.Tensor, train_y: np.ndarray, test_x: torch.Tensor, test_y: np.ndarray, l2: float = 1.0
+    train_x: torch.Tensor,
+    train_y: np.ndarray,
+    test_x: torch.Tensor,
+    test_y: np.ndarray,
+    l2: float = 1.0,
 ) -> float:
     """R^2 on held-out prompts of a ridge regression of the difficulty on frozen features."""
+
     def design(x: torch.Tensor) -> torch.Tensor:
         x = x.double()
         return torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)
@@ -73,6 +80,8 @@ def accuracy_by_difficulty(arrays: dict[str, np.ndarray], mode: str, levels: lis
 def fast_rate_by_difficulty(arrays: dict[str, np.ndarray], k_max: int) -> list[float]:
     """Mean P(fast) per difficulty 1..k_max (NaN where a level has no prompt)."""
     return [
-        float(arrays["p_fast"][arrays["difficulty"] == k].mean()) if (arrays["difficulty"] == k).any() else float("nan")
+        float(arrays["p_fast"][arrays["difficulty"] == k].mean())
+        if (arrays["difficulty"] == k).any()
+        else float("nan")
         for k in range(1, k_max + 1)
     ]

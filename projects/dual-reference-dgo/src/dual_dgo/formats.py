@@ -48,13 +48,16 @@ def _image(value: Any, folder: Path, where: str) -> Image.Image:
     if isinstance(value, (bytes, bytearray)):
         return Image.open(io.BytesIO(value)).convert("RGB")
     if isinstance(value, str):
-        path = Path(value) if Path(value).is_absolute() else folder / value
-        if path.is_file():
-            return Image.open(path).convert("RGB")
+        if len(value) < 1024:  # a path; longer strings can only be base64
+            path = Path(value) if Path(value).is_absolute() else folder / value
+            if path.is_file():
+                return Image.open(path).convert("RGB")
         try:  # base64 bytes in JSON
             return Image.open(io.BytesIO(base64.b64decode(value, validate=True))).convert("RGB")
         except ValueError:
-            raise OfflineFormatError(f"{where}: image {value[:60]!r} is neither a file nor base64") from None
+            raise OfflineFormatError(
+                f"{where}: image {value[:60]!r} is neither a file nor base64"
+            ) from None
     raise OfflineFormatError(f"{where}: unsupported image value of type {type(value).__name__}")
 
 
@@ -73,7 +76,9 @@ def _record(raw: dict, folder: Path, where: str) -> dict:
     for index, response in enumerate(raw["responses"]):
         mode = response.get("mode")
         if mode not in MODES:
-            raise OfflineFormatError(f"{where}, response {index}: mode must be fast or slow, got {mode!r}")
+            raise OfflineFormatError(
+                f"{where}, response {index}: mode must be fast or slow, got {mode!r}"
+            )
         if not str(response.get("text", "")).startswith(MODE_TOKENS[mode]):
             raise OfflineFormatError(
                 f"{where}, response {index}: a {mode} response must start with {MODE_TOKENS[mode]}"
@@ -136,6 +141,7 @@ def exact_match(prediction: str | None, answer: str) -> bool:
 
 def numeric_match(prediction: str | None, answer: str) -> bool:
     """Equal as numbers (thousands separators and a trailing period ignored)."""
+
     def number(text: str) -> float | None:
         try:
             return float(text.replace(",", "").rstrip("."))
@@ -190,7 +196,8 @@ def convert_grouped_dgo(groups: list[dict], default_mode: str = "fast") -> list[
         texts = group.get("completions", group.get("generated_texts"))
         if texts is None or "prompt" not in group or "ground_truth" not in group:
             raise OfflineFormatError(
-                f"group {index}: needs 'prompt', 'ground_truth' and 'completions' or 'generated_texts'"
+                f"group {index}: needs 'prompt', 'ground_truth' and "
+                "'completions' or 'generated_texts'"
             )
         responses = []
         for text in texts:

@@ -1,6 +1,7 @@
 """The embedded miniature: a visual digit-sum task and two scripted behaviour policies.
 
-A prompt is a 36x36 image, a 3x3 grid of 12x12 cells; the first k cells (reading order) hold a
+A prompt is a 36x36 image, a 3x3 grid of 12x12 cells; the first k cells (reading order; k drawn
+with P(k) proportional to 1/k, so easy prompts are common) hold a
 digit drawn from a fixed 5x3 glyph font (scaled x2, random brightness, pixel noise), the rest are
 empty. The question asks for the sum of the digits mod 10; the difficulty is k (1..k_max), visible
 as the number of filled cells. The glyphs are synthetic, not MNIST: a tiny VLM trained for a
@@ -12,7 +13,8 @@ the exact partition functions of Eq. 3 in core.py):
 - fast ``mu_F``: ``<fast> A: d``, correct with probability p_F(k) = clip(fast_intercept -
   fast_slope k, 0.02, 0.98), else a uniformly drawn wrong digit;
 - slow ``mu_S``: ``<think> s1 s2 ... sk </think> A: d`` (the running sum mod 10 after each
-  cell; one token per cell, so step i reads cell i at a fixed offset), correct with probability p_S(k) = 1 - slow_error k; a wrong trace has one
+  cell; one token per cell, so step i reads cell i at a fixed offset), correct with
+  probability p_S(k) = 1 - slow_error k; a wrong trace has one
   slipped running sum at a uniformly drawn step, carried to the answer.
 """
 
@@ -34,7 +36,9 @@ FONT = {  # 5 rows x 3 columns
     "8": ["###", "#.#", "###", "#.#", "###"],
     "9": ["###", "#.#", "###", "..#", "###"],
 }
-GLYPHS = {d: np.array([[c == "#" for c in row] for row in rows], np.float32) for d, rows in FONT.items()}
+GLYPHS = {
+    d: np.array([[c == "#" for c in row] for row in rows], np.float32) for d, rows in FONT.items()
+}
 CELL, GRID = 12, 3
 IMAGE_SIZE = CELL * GRID
 QUESTION = "sum ?"
@@ -48,19 +52,30 @@ class TaskConfig:
     """What the generator depends on (hashed into the cache key)."""
 
     k_max: int = 8
-    fast_intercept: float = 1.3
-    fast_slope: float = 0.3
+    fast_intercept: float = 1.6
+    fast_slope: float = 0.6
     slow_error: float = 0.01
     noise: float = 0.1
     n_fast: int = 2
     n_slow: int = 6
     length_cost: float = 0.2  # lambda in r = 1[correct] - lambda len / len_max
+    difficulty: str = "harmonic"  # P(k) proportional to 1/k (easy prompts common) or "uniform"
 
     def fast_accuracy(self, k: int) -> float:
         return float(np.clip(self.fast_intercept - self.fast_slope * k, 0.02, 0.98))
 
     def slow_accuracy(self, k: int) -> float:
         return float(np.clip(1.0 - self.slow_error * k, 0.05, 1.0))
+
+    def difficulty_probabilities(self) -> np.ndarray:
+        if self.difficulty not in ("harmonic", "uniform"):
+            raise ValueError(f"difficulty must be 'harmonic' or 'uniform', got {self.difficulty!r}")
+        weights = (
+            1.0 / np.arange(1, self.k_max + 1)
+            if self.difficulty == "harmonic"
+            else np.ones(self.k_max)
+        )
+        return weights / weights.sum()
 
     @property
     def max_length(self) -> int:
@@ -97,7 +112,9 @@ def render(digits: list[int], rng: np.random.Generator, noise: float) -> np.ndar
     return np.clip(image, 0.0, 1.0)
 
 
-def fast_response(digits: list[int], rng: np.random.Generator, task: TaskConfig) -> tuple[str, bool]:
+def fast_response(
+    digits: list[int], rng: np.random.Generator, task: TaskConfig
+) -> tuple[str, bool]:
     answer = sum(digits) % 10
     correct = rng.random() < task.fast_accuracy(len(digits))
     if not correct:
@@ -105,7 +122,9 @@ def fast_response(digits: list[int], rng: np.random.Generator, task: TaskConfig)
     return f"{MODE_TOKENS['fast']} {ANSWER_TAG} {answer}", bool(correct)
 
 
-def slow_response(digits: list[int], rng: np.random.Generator, task: TaskConfig) -> tuple[str, bool]:
+def slow_response(
+    digits: list[int], rng: np.random.Generator, task: TaskConfig
+) -> tuple[str, bool]:
     correct = rng.random() < task.slow_accuracy(len(digits))
     slip = -1 if correct else int(rng.integers(len(digits)))
     steps, running = [], 0
@@ -129,7 +148,7 @@ def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
     rng = np.random.default_rng(seed)
     records = []
     for index in range(n):
-        k = int(rng.integers(1, task.k_max + 1))
+        k = int(rng.choice(np.arange(1, task.k_max + 1), p=task.difficulty_probabilities()))
         digits = [int(d) for d in rng.integers(0, 10, size=k)]
         image = render(digits, rng, task.noise)
         draws = np.random.default_rng([seed, index])

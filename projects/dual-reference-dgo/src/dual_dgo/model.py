@@ -104,9 +104,11 @@ class DualDgoModule(LightningModule):
             self.vlm, _ = load_local(checkpoint)
             if self.encoder.added_tokens:
                 self.vlm.resize_token_embeddings(len(tokenizer))
-        self.image_token_id = self.vlm.config.image_token_index if hasattr(
-            self.vlm.config, "image_token_index"
-        ) else self.vlm.config.image_token_id
+        self.image_token_id = (
+            self.vlm.config.image_token_index
+            if hasattr(self.vlm.config, "image_token_index")
+            else self.vlm.config.image_token_id
+        )
         if init_from is not None:
             state = torch.load(Path(init_from), map_location="cpu", weights_only=True)["state_dict"]
             self.load_state_dict(state)
@@ -136,9 +138,13 @@ class DualDgoModule(LightningModule):
             return dual_reference_weights(*args, prior, log_z=log_z)
         if h.objective == "single_reference":
             rewards, prompts = batch["rewards"], batch["prompts"]
-            return baselines.single_reference_weights(rewards, prompts, batch["n_prompts"], h.beta), None
+            return baselines.single_reference_weights(
+                rewards, prompts, batch["n_prompts"], h.beta
+            ), None
         if h.objective == "rft":
-            return baselines.rft_weights(batch["correct"], batch["prompts"], batch["n_prompts"]), None
+            return baselines.rft_weights(
+                batch["correct"], batch["prompts"], batch["n_prompts"]
+            ), None
         mode = FAST if h.objective == "always_fast" else SLOW
         return baselines.one_mode_weights(*args, mode), None
 
@@ -148,6 +154,15 @@ class DualDgoModule(LightningModule):
         return self.vlm(**inputs).logits
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss, rho = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["n_prompts"])
+        if rho is not None:
+            fast_mass = rho[:, FAST].float().mean()
+            self.log("train/target_fast_mass", fast_mass, batch_size=batch["n_prompts"])
+        return loss
+
+    def loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weighted sequence loss of the configured objective on a batch of prompts."""
         weights, rho = self.response_weights(batch)
         rows, row_weights = self.pick_responses(batch, weights.float())
         items = batch["items"]
@@ -163,15 +178,18 @@ class DualDgoModule(LightningModule):
             self(sequences), sequences["input_ids"], sequences["response_mask"]
         )
         loss = sequence_loss(
-            mode_lp, body_lp, lengths, row_weights.to(self.device), batch["n_prompts"],
+            mode_lp,
+            body_lp,
+            lengths,
+            row_weights.to(self.device),
+            batch["n_prompts"],
             self.hparams.reduction,
         )
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["n_prompts"])
-        if rho is not None:
-            self.log("train/target_fast_mass", rho[:, FAST].float().mean(), batch_size=batch["n_prompts"])
-        return loss
+        return loss, rho
 
-    def pick_responses(self, batch: dict, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def pick_responses(
+        self, batch: dict, weights: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The responses to train on and their loss weights: all of them (``None``), or
         ``responses_per_prompt`` weighted draws per prompt from a generator seeded by
         (run seed, step, rank), so a resumed run draws what the uninterrupted one drew."""
@@ -185,14 +203,24 @@ class DualDgoModule(LightningModule):
         for prompt in range(batch["n_prompts"]):
             members = (prompts == prompt).nonzero().squeeze(1)
             total = weights[members].sum()
-            if total <= 0:  # nothing to learn from this prompt (e.g. RFT without a correct response)
+            if (
+                total <= 0
+            ):  # nothing to learn from this prompt (e.g. RFT without a correct response)
                 continue
-            picked = torch.multinomial(weights[members] / total, draws, replacement=True, generator=generator)
+            picked = torch.multinomial(
+                weights[members] / total, draws, replacement=True, generator=generator
+            )
             rows.append(members[picked])
             row_weights.append(total.expand(draws) / draws)
         if not rows:
             rows, row_weights = [torch.zeros(1, dtype=torch.long)], [torch.zeros(1)]
         return torch.cat(rows), torch.cat(row_weights)
+
+    def transfer_batch_to_device(self, batch: dict, device: torch.device, dataloader_idx: int):
+        """Keep the prompt batch where it is: each step builds the token sequences it trains on
+        (or decodes) and moves those; walking every prompt and response here cost more than the
+        step itself in the miniature."""
+        return batch
 
     def configure_optimizers(self):
         return torch.optim.AdamW(
@@ -209,11 +237,22 @@ class DualDgoModule(LightningModule):
         verify = VERIFIERS[self.hparams.verifier]
         for name, mode_id in (("fast", encoder.fast_id), ("slow", encoder.slow_id)):
             generated = greedy_responses(
-                self.vlm, encoder, prompts, mode_id, self.hparams.max_new_tokens, self.image_token_id
+                self.vlm,
+                encoder,
+                prompts,
+                mode_id,
+                self.hparams.max_new_tokens,
+                self.image_token_id,
             )
-            texts = [encoder.tokenizer.decode(ids[:-1] if ids[-1] == encoder.eos_id else ids) for ids in generated]
+            texts = [
+                encoder.tokenizer.decode(ids[:-1] if ids[-1] == encoder.eos_id else ids)
+                for ids in generated
+            ]
             out[f"{name}_correct"] = np.array(
-                [verify(extract_answer(t), item.answer) for t, item in zip(texts, items, strict=True)],
+                [
+                    verify(extract_answer(t), item.answer)
+                    for t, item in zip(texts, items, strict=True)
+                ],
                 dtype=np.float64,
             )
             out[f"{name}_tokens"] = np.array([len(ids) for ids in generated], dtype=np.float64)
@@ -248,7 +287,9 @@ class DualDgoModule(LightningModule):
         arrays = {k: np.concatenate([o[k] for o in self._outputs]) for k in self._outputs[0]}
         self._outputs.clear()
         self.evaluation[split] = arrays
-        for name, value in summary_metrics(arrays, self.hparams.length_cost, self._max_length()).items():
+        for name, value in summary_metrics(
+            arrays, self.hparams.length_cost, self._max_length()
+        ).items():
             self.log(f"{split}/{name}", float(value), sync_dist=True)
 
     def _max_length(self) -> int:
@@ -263,7 +304,9 @@ class DualDgoModule(LightningModule):
         return folder
 
 
-def chosen(arrays: dict[str, np.ndarray], p_slow: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def chosen(
+    arrays: dict[str, np.ndarray], p_slow: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Per-prompt correctness and tokens when the mode is slow with probability ``p_slow``
     (default: the model's greedy choice, slow when P(fast) < 1/2): expectations, exact."""
     if p_slow is None:

@@ -94,7 +94,9 @@ def build_tiny_vlm(
         num_attention_heads=4,
         image_size=IMAGE_SIZE,
         patch_size=CELL,
-        initializer_factor=5.0,  # CLIP's default init leaves the patch content a tiny perturbation: the LM never reads it
+        # at CLIP's default init the patch content is a tiny perturbation of the position
+        # embedding, and the language model never learned to read it (pilots)
+        initializer_factor=5.0,
     )
     text = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -158,12 +160,18 @@ class PromptEncoder:
     def __init__(self, processor: Any) -> None:
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        missing = [t for t in (*MODE_TOKENS.values(), END_THINK) if t not in self.tokenizer.get_vocab()]
-        self.added_tokens = self.tokenizer.add_tokens(missing, special_tokens=True) if missing else 0
+        missing = [
+            t for t in (*MODE_TOKENS.values(), END_THINK) if t not in self.tokenizer.get_vocab()
+        ]
+        self.added_tokens = (
+            self.tokenizer.add_tokens(missing, special_tokens=True) if missing else 0
+        )
         self.fast_id = self.tokenizer.convert_tokens_to_ids(MODE_TOKENS["fast"])
         self.slow_id = self.tokenizer.convert_tokens_to_ids(MODE_TOKENS["slow"])
         self.eos_id = self.tokenizer.eos_token_id
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        )
 
     def prompt_text(self, question: str) -> str:
         """The chat template's generation prompt for one image and the question.
@@ -175,7 +183,9 @@ class PromptEncoder:
         messages = [
             {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}
         ]
-        text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = self.processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
         cut = text.rfind(MODE_TOKENS["slow"])
         if cut > text.rfind(question):
             text = text[:cut]
@@ -187,7 +197,10 @@ class PromptEncoder:
         # the template may already write the BOS that the tokenizer would add again
         add_special = not (bos is not None and text.startswith(bos))
         out = self.processor(
-            text=[text], images=[to_image(image)], return_tensors="pt", add_special_tokens=add_special
+            text=[text],
+            images=[to_image(image)],
+            return_tensors="pt",
+            add_special_tokens=add_special,
         )
         vision = {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask")}
         vision.pop("mm_token_type_ids", None)  # rebuilt per batch (Qwen-VL needs it)
