@@ -47,9 +47,10 @@ def test_the_run_seed_also_seeds_the_data(tiny_args):
 
 def test_short_run_lowers_the_loss(tiny_args):
     args = [*tiny_args, "--model.responses_per_prompt=null", "--trainer.limit_val_batches=0"]
+    args += ["--model.lr=0.005"]
     first = train([*args, "--trainer.max_epochs=1"]).trainer.callback_metrics["train/loss"].item()
-    later = train([*args, "--trainer.max_epochs=12"]).trainer.callback_metrics["train/loss"].item()
-    assert later < 0.7 * first
+    later = train([*args, "--trainer.max_epochs=15"]).trainer.callback_metrics["train/loss"].item()
+    assert later < 0.6 * first, (first, later)
 
 
 def test_resuming_continues_exactly(tiny_args, tmp_path):

@@ -240,3 +240,29 @@ def test_the_miniature_datamodule_marks_correct_responses_and_the_policy_table()
             float(correct) - task.length_cost * length / task.max_length, abs=1e-6
         )
     assert isinstance(item.prompt.input_ids, torch.Tensor)
+
+
+def test_only_response_tokens_carry_loss_in_a_real_batch_and_decoded_counts_match():
+    from dual_dgo.vlm import batch_sequences, build_tiny_vlm, greedy_responses
+
+    encoder = PromptEncoder(build_mini_processor())
+    records = generate_split(3, seed=2, task=TaskConfig())
+    prompts = [encoder.encode_prompt(r["image"], r["question"]) for r in records]
+    responses = [encoder.encode_response(r["responses"][-1]["text"]) for r in records]
+    image_id = encoder.tokenizer.convert_tokens_to_ids("<image>")
+    batch = batch_sequences(prompts, responses, encoder.pad_id, image_id)
+    mask = batch["response_mask"].bool()
+    assert not mask[batch["input_ids"] == image_id].any()  # image tokens carry no loss
+    for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        assert mask[row].sum().item() == len(response)
+        assert not mask[row, : len(prompt.input_ids)].any()
+        assert batch["input_ids"][row][mask[row]].tolist() == response.tolist()
+    torch.manual_seed(0)
+    model = build_tiny_vlm(encoder.tokenizer, hidden=32, layers=1, heads=4, vision_hidden=32)
+    for mode in (encoder.fast_id, encoder.slow_id):
+        for ids in greedy_responses(model, encoder, prompts, mode, 12, image_id):
+            assert ids[0] == mode and len(ids) <= 13
+            if ids[-1] == encoder.eos_id:  # a finished response: its count is its text's
+                assert encoder.count_tokens(encoder.tokenizer.decode(ids[:-1])) == len(ids)
+            else:  # cut at max_new_tokens: no EOS was generated
+                assert encoder.count_tokens(encoder.tokenizer.decode(ids)) == len(ids) + 1

@@ -143,7 +143,7 @@ def run_job(job: tuple, settings: dict[str, Any], workdir: Path) -> dict:
         model_flags = {f"model.{k}": v for k, v in params.items()}
         overrides = [
             f"--model.objective={objective}",
-            f"--model.init_from={workdir / f'warm_seed{seed}.ckpt'}",
+            f"--model.init_checkpoint={workdir / f'warm_seed{seed}.ckpt'}",
             *_flags({**settings["budget"], **model_flags}),
         ]
     data = {**settings["data"], **(job[4] if job[0] == "train" else {})}

@@ -45,6 +45,7 @@ from dual_dgo.vlm import (
     greedy_responses,
     load_local,
 )
+from papers_cli import ConfigError
 from papers_gpu import derived_seed, run_seed
 
 Objective = Literal[
@@ -64,8 +65,8 @@ class DualDgoModule(LightningModule):
     """A VLM trained offline by Dual-Reference DGO (``objective="dual"``) or a baseline.
 
     ``checkpoint``: a local VLM folder (paper scale); None builds the miniature's tiny LLaVA
-    (``hidden``, ``layers``, ``heads``, ``vision_hidden``). ``init_from``: a Lightning checkpoint
-    to warm-start from (the claim trains every objective from one warm start).
+    (``hidden``, ``layers``, ``heads``, ``vision_hidden``). ``init_checkpoint``: a Lightning
+    checkpoint to warm-start from (the claim trains every objective from one warm start).
     ``responses_per_prompt``: None trains on every response with its weight (Eq. 5 exactly);
     r draws r responses per prompt with probability proportional to their weights, each
     carrying the prompt's total weight / r: an unbiased estimate of the same loss at a fraction
@@ -83,7 +84,7 @@ class DualDgoModule(LightningModule):
         lr: PositiveFloat = 2e-3,
         weight_decay: NonNegativeFloat = 0.0,
         checkpoint: str | None = None,
-        init_from: str | None = None,
+        init_checkpoint: str | None = None,
         hidden: PositiveInt = 96,
         layers: PositiveInt = 3,
         heads: PositiveInt = 4,
@@ -109,8 +110,10 @@ class DualDgoModule(LightningModule):
             if hasattr(self.vlm.config, "image_token_index")
             else self.vlm.config.image_token_id
         )
-        if init_from is not None:
-            state = torch.load(Path(init_from), map_location="cpu", weights_only=True)["state_dict"]
+        if init_checkpoint is not None:
+            state = torch.load(Path(init_checkpoint), map_location="cpu", weights_only=True)[
+                "state_dict"
+            ]
             self.load_state_dict(state)
         self._outputs: list[dict[str, np.ndarray]] = []
         self.evaluation: dict[str, dict[str, np.ndarray]] = {}
@@ -130,7 +133,7 @@ class DualDgoModule(LightningModule):
         if h.objective == "exact_partition":
             table = batch["policy_table"]
             if torch.isnan(table).any():
-                raise ValueError(
+                raise ConfigError(
                     "objective=exact_partition needs behaviour policies with known accuracies "
                     "and lengths (the miniature's scripted policies), not an offline file"
                 )

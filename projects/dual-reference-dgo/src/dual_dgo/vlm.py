@@ -119,14 +119,24 @@ def build_tiny_vlm(
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
     )
-    return LlavaForConditionalGeneration(config)
+    model = LlavaForConditionalGeneration(config)
+    # LLaVA reads the last hidden state, never CLIP's pooled output: its final layer norm gets
+    # no gradient, which DDP would refuse
+    model.model.vision_tower.post_layernorm.requires_grad_(False)
+    return model
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """A local checkpoint folder is missing or incomplete; the message says what to put where."""
+
+    user_facing = True
 
 
 def load_local(path: str | Path, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
     """A VLM and its processor from a local folder (never the hub, never remote code)."""
     path = Path(path).expanduser()
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(
+        raise CheckpointNotFoundError(
             f"no checkpoint at {path}: expected config.json, the weights and the processor files "
             "(save_pretrained of a Qwen2.5-VL-class model and its AutoProcessor)"
         )
