@@ -22,7 +22,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
@@ -37,21 +37,12 @@ from dual_dgo.evaluation import (
     gain_at_matched_tokens,
     ridge_probe_r2,
 )
-from dual_dgo.model import DualDgoModule, chosen, summary_metrics
+from dual_dgo.model import DualDgoModule, Objective, chosen, summary_metrics
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 
 CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
-TRAINED = (
-    "dual",
-    "single_reference",
-    "sft",
-    "rft",
-    "always_fast",
-    "always_slow",
-    "fixed_prior",
-    "exact_partition",
-)
+TRAINED = get_args(Objective)  # every objective of the module is a trained subject
 SUBJECTS = (*TRAINED, "oracle_router", "warm_start")
 AGAINST = ("single_reference", "sft", "rft")
 METRICS = (
