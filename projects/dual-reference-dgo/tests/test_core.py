@@ -215,3 +215,39 @@ def test_log_mode_partitions_rejects_a_non_positive_beta():
 def test_fast_probability_renormalises_over_the_two_mode_tokens():
     logits = torch.tensor([[0.0, math.log(3.0), 0.0, 5.0]])
     assert fast_probability(logits, fast_id=1, slow_id=2).item() == pytest.approx(0.75)
+
+
+def test_a_sequence_without_response_tokens_is_refused():
+    logits, input_ids, mask = toy_sequences()
+    mask = mask.clone()
+    mask[1] = 0
+    message = r"^every sequence needs at least one response token \(its mode token\)$"
+    with pytest.raises(ValueError, match=message):
+        response_log_probs(logits, input_ids, mask)
+
+
+def test_token_mean_divides_by_the_true_length_even_for_one_token():
+    mode, body = torch.tensor([-1.0, -2.0]), torch.tensor([0.0, -6.0])
+    lengths, weights = torch.tensor([1.0, 4.0]), torch.tensor([1.0, 1.0])
+    got = sequence_loss(mode, body, lengths, weights, 1, "token_mean").item()
+    assert got == pytest.approx(1.0 + 2.0)
+
+
+def test_weights_keep_the_rewards_dtype_and_beta_zero_is_refused_by_dgo_too():
+    rewards = REWARDS.float()
+    w, rho = dual_reference_weights(rewards, MODES, PROMPTS, 2, 0.5, HALF)
+    assert w.dtype == torch.float32 and rho.dtype == torch.float64
+    with pytest.raises(ValueError, match="beta must be positive, got 0"):
+        baselines.single_reference_weights(REWARDS, PROMPTS, 2, 0)
+
+
+def test_fixed_prior_gives_no_mass_to_a_mode_without_samples():
+    rewards, modes, prompts = torch.tensor([0.2, 0.9]), torch.tensor([1, 1]), torch.tensor([0, 0])
+    w, rho = fixed_prior_weights(rewards, modes, prompts, 1, 0.5, torch.tensor([0.7, 0.3]))
+    assert rho[0].tolist() == [0.0, 1.0] and w.sum().item() == pytest.approx(1.0)
+
+
+def test_rft_with_exactly_one_correct_response():
+    correct = torch.tensor([False, True, False])
+    w = baselines.rft_weights(correct, torch.tensor([0, 0, 0]), 1)
+    assert w.tolist() == [0.0, 1.0, 0.0]

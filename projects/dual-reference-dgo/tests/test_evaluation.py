@@ -92,3 +92,53 @@ def test_accuracy_and_fast_rate_by_difficulty():
     assert accuracy_by_difficulty(a, "slow", [3]) == pytest.approx(1.0)
     rates = fast_rate_by_difficulty(a, 3)
     assert rates[0] == pytest.approx(0.7) and np.isnan(rates[1]) and rates[2] == pytest.approx(0.1)
+
+
+def test_matched_correctness_with_mixed_choices_and_both_clamps():
+    # greedy: slow on prompts 0 and 1, fast on 2 and 3; 6 tokens saved per switch
+    mixed = arrays([0.1, 0.1, 0.9, 0.9], [0, 1, 1, 0], [1, 1, 1, 1])
+    # own tokens 7; target 8.5: half of the fast-chosen prompts switched to slow
+    np.testing.assert_allclose(matched_correctness(mixed, 8.5), [1, 1, 1, 0.5])
+    # target 5.5: half of the slow-chosen prompts switched to fast
+    np.testing.assert_allclose(matched_correctness(mixed, 5.5), [0.5, 1, 1, 0])
+    # below the forced-fast cost: every slow choice switched (the share is clamped at 1)
+    np.testing.assert_allclose(matched_correctness(mixed, 1.0), [0, 1, 1, 0])
+    # forced modes of equal cost: nothing to trade, every prompt goes to the cheaper side's mode
+    flat = arrays([0.1, 0.9], [0, 1], [1, 0], fast_tokens=5.0, slow_tokens=5.0)
+    np.testing.assert_allclose(matched_correctness(flat, 4.0), [0, 1])  # all fast
+    np.testing.assert_allclose(matched_correctness(flat, 6.0), [1, 0])  # all slow
+
+
+def test_ridge_probe_r2_by_hand_and_an_unpenalised_intercept():
+    g = np.random.default_rng(1)
+    x, y = g.normal(size=(40, 3)), g.normal(size=40)
+    xt, yt = g.normal(size=(20, 3)), g.normal(size=20)
+    design = np.hstack([x, np.ones((40, 1))])
+    penalty = 2.0 * np.eye(4)
+    penalty[-1, -1] = 0.0
+    w = np.linalg.solve(design.T @ design + penalty, design.T @ y)
+    prediction = np.hstack([xt, np.ones((20, 1))]) @ w
+    expected = 1 - ((yt - prediction) ** 2).sum() / ((yt - yt.mean()) ** 2).sum()
+    got = ridge_probe_r2(torch.from_numpy(x), y, torch.from_numpy(xt), yt, l2=2.0)
+    assert got == pytest.approx(expected, rel=1e-10)
+    # a huge penalty leaves the intercept alone: the probe predicts the training mean
+    flat = 1 - ((yt - y.mean()) ** 2).sum() / ((yt - yt.mean()) ** 2).sum()
+    huge = ridge_probe_r2(torch.from_numpy(x), y + 5, torch.from_numpy(xt), yt + 5, l2=1e12)
+    assert huge == pytest.approx(flat, abs=1e-6)
+    assert ridge_probe_r2(torch.from_numpy(x), y, torch.from_numpy(xt), yt) == pytest.approx(
+        ridge_probe_r2(torch.from_numpy(x), y, torch.from_numpy(xt), yt, l2=1.0)
+    )
+
+
+def test_fast_rate_by_difficulty_has_one_entry_per_level():
+    a = arrays([0.9, 0.5], [1, 0], [0, 1], difficulty=[2, 2])
+    rates = fast_rate_by_difficulty(a, 4)
+    assert len(rates) == 4 and rates[1] == pytest.approx(0.7)
+    assert np.isnan(rates[0]) and np.isnan(rates[2]) and np.isnan(rates[3])
+
+
+def test_matched_correctness_with_a_one_token_spread():
+    # slow costs one token more: switching half of the slow choices saves a quarter token
+    a = arrays([0.1, 0.1, 0.9, 0.9], [0, 0, 1, 1], [1, 1, 1, 1], fast_tokens=4.0, slow_tokens=5.0)
+    np.testing.assert_allclose(matched_correctness(a, 4.25), [0.5, 0.5, 1, 1])
+    np.testing.assert_allclose(matched_correctness(a, 4.75), [1, 1, 1, 1])
