@@ -1,6 +1,7 @@
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -55,9 +56,22 @@ def test_short_run_lowers_the_loss(tiny_args):
 
 def test_resuming_continues_exactly(tiny_args, tmp_path):
     # the weighted draws of responses come from a generator seeded by the step: resumed runs
-    # draw the same responses. (With validation switched off, Lightning's epoch-end checkpoint
-    # is written before the epoch counts as done, and the resumed epoch is one batch short.)
-    check_resume(train, tiny_args, steps=4, root_dir=tmp_path / "resume")
+    # draw the same responses
+    check_resume(
+        train, [*tiny_args, "--trainer.limit_val_batches=0"], steps=4, root_dir=tmp_path / "resume"
+    )
+
+
+def test_every_epoch_reads_every_prompt_in_a_new_order(tiny_args):
+    cli = train([*tiny_args, "--trainer.max_steps=0"])
+    data = cli.datamodule
+    n = len(data.splits["train"])
+    sampler = data.train_dataloader().sampler
+    first = list(sampler)
+    assert sorted(first) == list(range(n))
+    data.trainer = SimpleNamespace(global_step=2, accumulate_grad_batches=1, world_size=1)
+    second = list(sampler)  # 2 steps of 16 prompts: the next epoch
+    assert sorted(second) == list(range(n)) and second != first
 
 
 def test_one_step_on_a_prompt_whose_slow_responses_win_raises_p_slow(tiny_args):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import torch
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
@@ -23,7 +22,7 @@ from dual_dgo.formats import VERIFIERS, extract_answer, read_offline, score_miss
 from dual_dgo.miniature import TaskConfig, fast_length, generate_split, reward, slow_length
 from dual_dgo.vlm import EncodedPrompt, PromptEncoder, build_mini_processor, load_local
 from papers_cli import ConfigError
-from papers_data import DatasetNotFoundError, EpochShuffle, resolve_data_root
+from papers_data import DatasetNotFoundError, EpochShuffle, drawn_by_trainer, resolve_data_root
 from papers_gpu import run_seed
 
 DATASET = "dual-reference-dgo"
@@ -213,14 +212,11 @@ class DualDgoDataModule(LightningDataModule):
             policy_table=table,
         )
 
-    def difficulties(self, split: str) -> np.ndarray:
-        return np.array([item.difficulty for item in self.splits[split]])
-
     def train_dataloader(self) -> DataLoader:
-        # An order fixed by (seed, epoch), so a resumed run sees the uninterrupted run's batches.
-        order = EpochShuffle(
-            len(self.splits["train"]), self.seed, lambda: self.trainer.current_epoch
-        )
+        # A shuffle per epoch keyed on the optimizer steps taken, so a resumed run reads the
+        # uninterrupted run's batches.
+        n = len(self.splits["train"])
+        order = EpochShuffle(n, self.seed, drawn_by_trainer(self, n, self.hparams.batch_prompts))
         return self._loader("train", sampler=order)
 
     def val_dataloader(self) -> DataLoader:
