@@ -184,17 +184,10 @@ def evaluate(model: DualDgoModule, data: DualDgoDataModule, n_probe: int) -> dic
 @torch.no_grad()
 def prompt_features(model: DualDgoModule, items) -> torch.Tensor:
     """The last layer's state at each prompt's last token (where the mode is chosen)."""
-    from dual_dgo.vlm import _vision_batch
-
-    feats = []
-    for start in range(0, len(items), 64):
-        prompts = [item.prompt for item in items[start : start + 64]]
-        ids = torch.stack([p.input_ids for p in prompts])  # prompts share a length here
-        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        batch.update(_vision_batch(prompts, ids, model.image_token_id))
-        out = model.vlm(**batch, output_hidden_states=True)
-        feats.append(out.hidden_states[-1][:, -1].float())
-    return torch.cat(feats)
+    parts = [
+        model.prompt_end([i.prompt for i in items[s : s + 64]])[1] for s in range(0, len(items), 64)
+    ]
+    return torch.cat(parts).float()
 
 
 def subject_metrics(
@@ -360,7 +353,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
                 s: summary_metrics(a, length_cost, max_length)
                 for s, a in {**tests, "warm_start": warm["test"]}.items()
             }
-            ablations.setdefault("per_seed", []).append(_plain(entry))
+            ablations.setdefault("per_seed", []).append(entry)
             return out
 
         def run_one(subject: str, seed: int) -> dict[str, Any]:
@@ -397,7 +390,7 @@ def length_cost_sweep(runner: Runner, settings: dict, best: dict, seed: int) -> 
         for subject in ("dual", "single_reference"):
             result = runner.trained(subject, best[subject], seed, data)
             metrics = summary_metrics(result["test"], result["length_cost"], result["max_length"])
-            rows.append({"subject": subject, "length_cost": cost, **_plain(metrics)})
+            rows.append({"subject": subject, "length_cost": cost, **metrics})
     return rows
 
 
@@ -450,15 +443,3 @@ def write_plots(out: str | Path, per_seed: list[dict], sweep: list[dict], k_max:
     fig.savefig(out / "tradeoff.png", dpi=120)
     plt.close(fig)
     return ["fast_rate.png", "tradeoff.png"]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value

@@ -263,16 +263,22 @@ class DualDgoModule(LightningModule):
         return out
 
     def _first_token_logits(self, prompts) -> torch.Tensor:
+        return self.prompt_end(prompts)[0]
+
+    def prompt_end(self, prompts) -> tuple[torch.Tensor, torch.Tensor]:
+        """At each prompt's last position (where the mode is chosen): the next-token logits
+        [B, V] and the last layer's state [B, D]. Prompts are left-padded to one width."""
         width = max(len(p.input_ids) for p in prompts)
         ids = torch.full((len(prompts), width), self.encoder.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for row, prompt in enumerate(prompts):  # left padding: the last position is the prompt's
+        for row, prompt in enumerate(prompts):
             ids[row, width - len(prompt.input_ids) :] = prompt.input_ids
             mask[row, width - len(prompt.input_ids) :] = 1
         batch = {"input_ids": ids, "attention_mask": mask}
         batch.update(_vision_batch(prompts, ids, self.image_token_id))
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        return self(batch)[:, -1]
+        out = self.vlm(**batch, output_hidden_states=True)
+        return out.logits[:, -1], out.hidden_states[-1][:, -1]
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._outputs.append(self.evaluate_prompts(batch["items"]))
