@@ -243,7 +243,7 @@ def test_the_miniature_datamodule_marks_correct_responses_and_the_policy_table()
 
 
 def test_only_response_tokens_carry_loss_in_a_real_batch_and_decoded_counts_match():
-    from dual_dgo.vlm import batch_sequences, build_tiny_vlm, greedy_responses
+    from dual_dgo.vlm import batch_sequences, build_tiny_vlm, decode_responses
 
     encoder = PromptEncoder(build_mini_processor())
     records = generate_split(3, seed=2, task=TaskConfig())
@@ -260,7 +260,7 @@ def test_only_response_tokens_carry_loss_in_a_real_batch_and_decoded_counts_matc
     torch.manual_seed(0)
     model = build_tiny_vlm(encoder.tokenizer, hidden=32, layers=1, heads=4, vision_hidden=32)
     for mode in (encoder.fast_id, encoder.slow_id):
-        for ids in greedy_responses(model, encoder, prompts, mode, 12, image_id):
+        for ids in decode_responses(model, encoder, prompts, mode, 12, image_id):
             assert ids[0] == mode and len(ids) <= 13
             if ids[-1] == encoder.eos_id:  # a finished response: its count is its text's
                 assert encoder.count_tokens(encoder.tokenizer.decode(ids[:-1])) == len(ids)

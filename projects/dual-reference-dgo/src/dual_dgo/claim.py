@@ -12,8 +12,10 @@ budget (``settings.budget``) through the real CLI:
 - ``warm_start``: the precondition's subject.
 
 Ablations (reported, not judged): the method and single-reference DGO trained on the swapped
-sample counts (the count-swap check), the method with a per-sequence token-mean loss, and a
-length-cost sweep on seed 0. papers_eval applies the checks and computes the verdict.
+sample counts (the count-swap check), the method with a per-sequence token-mean loss, a
+length-cost sweep on seed 0, and on seed 0 the method and single-reference DGO trained on a file
+whose fast responses the warm start sampled (generate.py: the warm-start model as the fast
+behaviour policy). papers_eval applies the checks and computes the verdict.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from dual_dgo.evaluation import (
     gain_at_matched_tokens,
     ridge_probe_r2,
 )
+from dual_dgo.generate import generate_offline, load_fast_policy
+from dual_dgo.miniature import TaskConfig
 from dual_dgo.model import DualDgoModule, Objective, chosen, summary_metrics
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
@@ -54,6 +58,7 @@ METRICS = (
     "slow_advantage_on_hard",
     "easy_fast_reward_advantage",
     "difficulty_probe_r2",
+    "last_token_probe_r2",
     "accuracy",
     "tokens",
     "reward",
@@ -172,22 +177,39 @@ def evaluate(model: DualDgoModule, data: DualDgoDataModule, n_probe: int) -> dic
         for level in range(1, data.hparams.k_max + 1)
     ]
     train_items = data.splits["train"][:n_probe]
-    out["probe_r2"] = ridge_probe_r2(
+    train_features, val_features = (
         prompt_features(model, train_items),
-        np.array([i.difficulty for i in train_items], dtype=np.float64),
         prompt_features(model, data.splits["val"]),
-        out["val"]["difficulty"],
     )
+    for name in ("image_mean", "last_token"):
+        out[f"probe_r2_{name}"] = ridge_probe_r2(
+            train_features[name],
+            np.array([i.difficulty for i in train_items], dtype=np.float64),
+            val_features[name],
+            out["val"]["difficulty"],
+        )
     return out
 
 
 @torch.no_grad()
-def prompt_features(model: DualDgoModule, items) -> torch.Tensor:
-    """The last layer's state at each prompt's last token (where the mode is chosen)."""
+def prompt_features(model: DualDgoModule, items) -> dict[str, torch.Tensor]:
+    """The last layer's mean state over each prompt's image tokens (the registered probe's
+    features) and its state at the prompt's last token (where the mode is chosen; reported)."""
     parts = [
-        model.prompt_end([i.prompt for i in items[s : s + 64]])[1] for s in range(0, len(items), 64)
+        model.prompt_end([i.prompt for i in items[s : s + 64]]) for s in range(0, len(items), 64)
     ]
-    return torch.cat(parts).float()
+    return {
+        "last_token": torch.cat([p[1] for p in parts]).float(),
+        "image_mean": torch.cat([p[2] for p in parts]).float(),
+    }
+
+
+def probes(result: dict) -> dict[str, float]:
+    """The registered difficulty probe (image tokens) and the reported one (last token)."""
+    return {
+        "difficulty_probe_r2": result["probe_r2_image_mean"],
+        "last_token_probe_r2": result["probe_r2_last_token"],
+    }
 
 
 def subject_metrics(
@@ -275,8 +297,24 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         best = tuning.best
         swapped = settings["swapped_counts"]
         token_mean = {**best["dual"], "reduction": "token_mean"}
+        # the warm-start model as the fast behaviour policy (seed 0; written once, reported)
+        warm_fast_file = Path(workdir) / f"warm_fast_seed{first}"
+        warm_fast_behaviour = generate_offline(
+            warm_fast_file,
+            first,
+            TaskConfig(
+                n_fast=settings["data"]["data.n_fast"],
+                n_slow=settings["data"]["data.n_slow"],
+                length_cost=settings["data"]["data.length_cost"],
+            ),
+            {s: settings["data"][f"data.n_{s}"] for s in ("train", "val", "test")},
+            load_fast_policy(Path(workdir) / f"warm_seed{first}.ckpt"),
+            settings["warm_fast_policy"]["temperature"],
+        )
+        warm_fast = {"data.root": str(warm_fast_file), "data.max_length": TaskConfig().max_length}
         runner.prefetch(
             [("train", s, best.get(s, {}), seed, {}) for seed in spec.seeds for s in TRAINED]
+            + [("train", s, best[s], first, warm_fast) for s in ("dual", "single_reference")]
             + [
                 ("train", s, best[s], seed, swapped)
                 for seed in spec.seeds
@@ -300,9 +338,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             out = {}
             for subject in (*TRAINED, "warm_start"):
                 result = warm if subject == "warm_start" else results[subject]
-                out[subject] = subject_metrics(
-                    result["test"], tests, length_cost, max_length, k_max
-                ) | {"difficulty_probe_r2": result["probe_r2"], "val_reward": val_reward(result)}
+                out[subject] = (
+                    subject_metrics(result["test"], tests, length_cost, max_length, k_max)
+                    | probes(result)
+                    | {"val_reward": val_reward(result)}
+                )
             sft = results["sft"]
             route = (
                 oracle_route(
@@ -318,9 +358,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
                 .numpy()
                 .astype(np.float64)
             )
-            out["oracle_router"] = subject_metrics(
-                sft["test"], tests, length_cost, max_length, k_max, p_slow=route
-            ) | {"difficulty_probe_r2": sft["probe_r2"], "val_reward": val_reward(sft, val_route)}
+            out["oracle_router"] = (
+                subject_metrics(sft["test"], tests, length_cost, max_length, k_max, p_slow=route)
+                | probes(sft)
+                | {"val_reward": val_reward(sft, val_route)}
+            )
             # the count swap (judged on the method) and the ablations (reported)
             for subject in TRAINED:
                 out[subject]["count_swap_shift"] = float("nan")
@@ -363,6 +405,21 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
 
         results = run_seeds(spec, run_one)
         sweep = length_cost_sweep(runner, settings, best, spec.seeds[0])
+        warm_fast_runs = {
+            s: runner.trained(s, best[s], first, warm_fast) for s in ("dual", "single_reference")
+        }
+        warm_fast_evidence = {
+            "seed": first,
+            "fast_accuracy_by_difficulty": {
+                "warm_start_sampled": warm_fast_behaviour["train"],
+                "scripted": [TaskConfig().fast_accuracy(k) for k in range(1, k_max + 1)],
+            },
+            **{
+                s: summary_metrics(r["test"], r["length_cost"], r["max_length"])
+                | {"fast_rate_by_difficulty": fast_rate_by_difficulty(r["test"], k_max)}
+                for s, r in warm_fast_runs.items()
+            },
+        }
     judgement = judge(spec, results)
     figures = write_plots(args.out, ablations["per_seed"], sweep, k_max)
     write_claim(
@@ -374,7 +431,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         config={"settings": settings, "quick": args.quick},
         wall_time_s=time.perf_counter() - start,
         tuning=tuning,
-        evidence={"ablations": ablations, "length_cost_sweep": sweep},
+        evidence={
+            "ablations": ablations,
+            "length_cost_sweep": sweep,
+            "warm_start_fast_policy": warm_fast_evidence,
+        },
         figures=figures,
     )
     return {"verdict": judgement.verdict, "results": results}

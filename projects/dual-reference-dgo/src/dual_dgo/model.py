@@ -42,7 +42,7 @@ from dual_dgo.vlm import (
     _vision_batch,
     batch_sequences,
     build_tiny_vlm,
-    greedy_responses,
+    decode_responses,
     load_local,
 )
 from papers_cli import ConfigError
@@ -239,7 +239,7 @@ class DualDgoModule(LightningModule):
         out = {"p_fast": fast_probability(first, encoder.fast_id, encoder.slow_id).cpu().numpy()}
         verify = VERIFIERS[self.hparams.verifier]
         for name, mode_id in (("fast", encoder.fast_id), ("slow", encoder.slow_id)):
-            generated = greedy_responses(
+            generated = decode_responses(
                 self.vlm,
                 encoder,
                 prompts,
@@ -265,9 +265,10 @@ class DualDgoModule(LightningModule):
     def _first_token_logits(self, prompts) -> torch.Tensor:
         return self.prompt_end(prompts)[0]
 
-    def prompt_end(self, prompts) -> tuple[torch.Tensor, torch.Tensor]:
+    def prompt_end(self, prompts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """At each prompt's last position (where the mode is chosen): the next-token logits
-        [B, V] and the last layer's state [B, D]. Prompts are left-padded to one width."""
+        [B, V] and the last layer's state [B, D]; and the last layer's mean state over the
+        prompt's image tokens [B, D]. Prompts are left-padded to one width."""
         width = max(len(p.input_ids) for p in prompts)
         ids = torch.full((len(prompts), width), self.encoder.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -278,7 +279,10 @@ class DualDgoModule(LightningModule):
         batch.update(_vision_batch(prompts, ids, self.image_token_id))
         batch = {k: v.to(self.device) for k, v in batch.items()}
         out = self.vlm(**batch, output_hidden_states=True)
-        return out.logits[:, -1], out.hidden_states[-1][:, -1]
+        last = out.hidden_states[-1]
+        is_image = (batch["input_ids"] == self.image_token_id).unsqueeze(-1).to(last.dtype)
+        image_mean = (last * is_image).sum(1) / is_image.sum(1).clamp_min(1)
+        return out.logits[:, -1], last[:, -1], image_mean
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._outputs.append(self.evaluate_prompts(batch["items"]))

@@ -255,16 +255,18 @@ def _vision_batch(prompts: list[EncodedPrompt], input_ids: torch.Tensor, image_t
 
 
 @torch.no_grad()
-def greedy_responses(
+def decode_responses(
     model: Any,
     encoder: PromptEncoder,
     prompts: list[EncodedPrompt],
     mode_id: int | None,
     max_new_tokens: int,
     image_token_id: int,
+    temperature: float = 0.0,
 ) -> list[list[int]]:
-    """Greedy decoding after the prompt, forced to start with ``mode_id`` (None: the model's
-    own first token). Returns the generated ids (mode token included, up to and with EOS)."""
+    """Decoding after the prompt, forced to start with ``mode_id`` (None: the model's own first
+    token): greedy at ``temperature`` 0, else sampled (torch's global generator). Returns the
+    generated ids (mode token included, up to and with EOS)."""
     forced = [] if mode_id is None else [mode_id]
     starts = [torch.cat([p.input_ids, torch.tensor(forced, dtype=torch.long)]) for p in prompts]
     width = max(len(s) for s in starts)
@@ -280,7 +282,8 @@ def greedy_responses(
     output = model.generate(
         **inputs,
         max_new_tokens=max_new_tokens,
-        do_sample=False,
+        do_sample=temperature > 0,
+        **({"temperature": temperature, "top_k": 0} if temperature > 0 else {}),
         eos_token_id=encoder.eos_id,
         pad_token_id=encoder.pad_id,
     )
