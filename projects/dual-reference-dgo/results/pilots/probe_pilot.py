@@ -15,39 +15,21 @@ import numpy as np
 import torch
 import yaml
 
-from dual_dgo.claim import Runner
+from dual_dgo.claim import Runner, prompt_features
 from dual_dgo.data import DualDgoDataModule
 from dual_dgo.evaluation import ridge_probe_r2
 from dual_dgo.model import DualDgoModule
-from dual_dgo.vlm import _vision_batch
 
 settings = yaml.safe_load((Path(__file__).parents[2] / "configs" / "claim.yaml").read_text())[
     "settings"
 ]
 
 
-@torch.no_grad()
 def features(model, items):
-    last, image = [], []
-    for s in range(0, len(items), 64):
-        prompts = [i.prompt for i in items[s : s + 64]]
-        width = max(len(p.input_ids) for p in prompts)
-        ids = torch.full((len(prompts), width), model.encoder.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, p in enumerate(prompts):
-            ids[row, width - len(p.input_ids) :] = p.input_ids
-            mask[row, width - len(p.input_ids) :] = 1
-        batch = {
-            "input_ids": ids,
-            "attention_mask": mask,
-            **_vision_batch(prompts, ids, model.image_token_id),
-        }
-        hidden = model.vlm(**batch, output_hidden_states=True).hidden_states[-1]
-        is_image = (ids == model.image_token_id).unsqueeze(-1).float()
-        last.append(hidden[:, -1])
-        image.append((hidden * is_image).sum(1) / is_image.sum(1))
-    last, image = torch.cat(last), torch.cat(image)
-    return {"last_token": last, "image_mean": image, "both": torch.cat([last, image], 1)}
+    """The claim's two probe feature sets (model.prompt_end; the pilot ran an inline copy of
+    the same computation before it moved there) and their concatenation."""
+    found = prompt_features(model, items)
+    return {**found, "both": torch.cat([found["last_token"], found["image_mean"]], 1)}
 
 
 if __name__ == "__main__":
