@@ -101,7 +101,11 @@ def test_near_zero_temperature_samples_the_models_greedy_fast_answer(warm_checkp
 
 def test_generation_bad_input_is_clear(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="uv run train"):
-        generate_cli([str(tmp_path / "out"), f"--fast-policy={tmp_path / 'none.ckpt'}"])
-    with pytest.raises(SystemExit) as stop:
-        generate_cli([str(tmp_path / "out"), "--temperature=0"])
-    assert stop.value.code == 2 and "temperature" in capsys.readouterr().err
+        load_fast_policy(tmp_path / "none.ckpt")
+    for flag, message in [
+        (f"--fast-policy={tmp_path / 'none.ckpt'}", "uv run train"),
+        ("--temperature=0", "temperature"),
+    ]:
+        with pytest.raises(SystemExit) as stop:
+            generate_cli([str(tmp_path / "out"), flag])
+        assert stop.value.code == 2 and message in capsys.readouterr().err

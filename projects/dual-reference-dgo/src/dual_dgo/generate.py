@@ -165,6 +165,11 @@ def generate_cli(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.temperature <= 0:
         parser.error("--temperature must be > 0 (the behaviour policy samples)")
+    if args.fast_policy is not None and not args.fast_policy.is_file():
+        parser.error(
+            f"no fast-policy checkpoint at {args.fast_policy}: pass a .ckpt that `uv run train` "
+            "wrote (runs/dual-reference-dgo/lightning_logs/version_*/checkpoints/)"
+        )
     task = TaskConfig(n_fast=args.n_fast, n_slow=args.n_slow, length_cost=args.length_cost)
     policy = None if args.fast_policy is None else load_fast_policy(args.fast_policy)
     sizes = {"train": args.n_train, "val": args.n_val, "test": args.n_test}
