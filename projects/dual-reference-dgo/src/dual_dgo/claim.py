@@ -299,15 +299,14 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         token_mean = {**best["dual"], "reduction": "token_mean"}
         # the warm-start model as the fast behaviour policy (seed 0; written once, reported)
         warm_fast_file = Path(workdir) / f"warm_fast_seed{first}"
+        data = DualDgoDataModule(
+            **{k.removeprefix("data."): v for k, v in settings["data"].items()}
+        )
         warm_fast_behaviour = generate_offline(
             warm_fast_file,
             first,
-            TaskConfig(
-                n_fast=settings["data"]["data.n_fast"],
-                n_slow=settings["data"]["data.n_slow"],
-                length_cost=settings["data"]["data.length_cost"],
-            ),
-            {s: settings["data"][f"data.n_{s}"] for s in ("train", "val", "test")},
+            data.task,
+            {s: data.hparams[f"n_{s}"] for s in ("train", "val", "test")},
             load_fast_policy(Path(workdir) / f"warm_seed{first}.ckpt"),
             settings["warm_fast_policy"]["temperature"],
         )

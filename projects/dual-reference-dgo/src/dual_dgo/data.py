@@ -35,6 +35,11 @@ SPLITS = ("train", "val", "test")
 _ENCODED: dict[tuple, dict[str, list]] = {}  # the last miniature encoded in this process
 
 
+def split_seed(seed: int, split: str) -> int:
+    """The miniature's generator seed for one split of run seed ``seed``."""
+    return seed * 3 + SPLITS.index(split)
+
+
 def build_processor(checkpoint: str | None):
     """The miniature's LlavaProcessor, or the checkpoint's own processor from its folder."""
     if checkpoint is None:
@@ -136,10 +141,7 @@ class DualDgoDataModule(LightningDataModule):
             sizes = {"train": h.n_train, "val": h.n_val, "test": h.n_test}
             key = (repr(task), tuple(sizes.values()), self.seed, h.checkpoint, h.verifier)
             if key not in _ENCODED:  # a claim worker trains many objectives on the same data
-                raw = {
-                    s: generate_split(sizes[s], self.seed * 3 + i, task)
-                    for i, s in enumerate(SPLITS)
-                }
+                raw = {s: generate_split(sizes[s], split_seed(self.seed, s), task) for s in SPLITS}
                 _ENCODED.clear()
                 _ENCODED[key] = {
                     name: [self._encode(r) for r in records] for name, records in raw.items()

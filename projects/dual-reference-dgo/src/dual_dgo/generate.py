@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dual_dgo.data import SPLITS, DualDgoDataModule
+from dual_dgo.data import SPLITS, DualDgoDataModule, split_seed
 from dual_dgo.formats import VERIFIERS, extract_answer
 from dual_dgo.miniature import TaskConfig, generate_split, reward
 from dual_dgo.model import DualDgoModule
-from dual_dgo.vlm import PromptEncoder, decode_responses, to_image
+from dual_dgo.vlm import PromptEncoder, to_image
 
 
 @torch.no_grad()
@@ -51,17 +51,7 @@ def sample_fast_responses(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for start in range(0, len(prompts), 256):
-            for ids in decode_responses(
-                model.vlm,
-                encoder,
-                prompts[start : start + 256],
-                encoder.fast_id,
-                model.hparams.max_new_tokens,
-                model.image_token_id,
-                temperature,
-            ):
-                body = ids[:-1] if ids[-1] == encoder.eos_id else ids
-                texts.append(encoder.tokenizer.decode(body))
+            texts += model.decode(prompts[start : start + 256], encoder.fast_id, temperature)[1]
     out = []
     for index, record in enumerate(records):
         responses = []
@@ -107,11 +97,11 @@ def generate_offline(
     return, per split, the fast policy's accuracy per digit count (the behaviour it logged)."""
     out = Path(out)
     summary = {}
-    for offset, split in enumerate(SPLITS):
-        split_seed = seed * 3 + offset  # as DualDgoDataModule.setup draws the miniature
-        records = generate_split(sizes[split], split_seed, task)
+    for split in SPLITS:
+        draws = split_seed(seed, split)  # as DualDgoDataModule.setup draws the miniature
+        records = generate_split(sizes[split], draws, task)
         if fast_policy is not None:
-            sampled = sample_fast_responses(fast_policy, records, task, temperature, split_seed)
+            sampled = sample_fast_responses(fast_policy, records, task, temperature, draws)
             for record, fast in zip(records, sampled, strict=True):
                 record["responses"] = fast + [r for r in record["responses"] if r["mode"] == "slow"]
         write_offline_split(records, out, split)
@@ -138,7 +128,7 @@ def load_fast_policy(checkpoint: str | Path) -> DualDgoModule:
     if not path.is_file():
         raise FileNotFoundError(
             f"no fast-policy checkpoint at {path}: pass a .ckpt that `uv run train` wrote "
-            "(lightning_logs/.../checkpoints/)"
+            "(runs/dual-reference-dgo/lightning_logs/version_*/checkpoints/)"
         )
     model = DualDgoModule.load_from_checkpoint(path, map_location="cpu")
     if model.hparams.checkpoint is not None:
@@ -165,13 +155,11 @@ def generate_cli(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.temperature <= 0:
         parser.error("--temperature must be > 0 (the behaviour policy samples)")
-    if args.fast_policy is not None and not args.fast_policy.is_file():
-        parser.error(
-            f"no fast-policy checkpoint at {args.fast_policy}: pass a .ckpt that `uv run train` "
-            "wrote (runs/dual-reference-dgo/lightning_logs/version_*/checkpoints/)"
-        )
+    try:
+        policy = None if args.fast_policy is None else load_fast_policy(args.fast_policy)
+    except FileNotFoundError as error:
+        parser.error(str(error))
     task = TaskConfig(n_fast=args.n_fast, n_slow=args.n_slow, length_cost=args.length_cost)
-    policy = None if args.fast_policy is None else load_fast_policy(args.fast_policy)
     sizes = {"train": args.n_train, "val": args.n_val, "test": args.n_test}
     summary = generate_offline(args.out, args.seed, task, sizes, policy, args.temperature)
     source = "scripted" if policy is None else f"sampled from {args.fast_policy}"

@@ -239,18 +239,7 @@ class DualDgoModule(LightningModule):
         out = {"p_fast": fast_probability(first, encoder.fast_id, encoder.slow_id).cpu().numpy()}
         verify = VERIFIERS[self.hparams.verifier]
         for name, mode_id in (("fast", encoder.fast_id), ("slow", encoder.slow_id)):
-            generated = decode_responses(
-                self.vlm,
-                encoder,
-                prompts,
-                mode_id,
-                self.hparams.max_new_tokens,
-                self.image_token_id,
-            )
-            texts = [
-                encoder.tokenizer.decode(ids[:-1] if ids[-1] == encoder.eos_id else ids)
-                for ids in generated
-            ]
+            generated, texts = self.decode(prompts, mode_id)
             out[f"{name}_correct"] = np.array(
                 [
                     verify(extract_answer(t), item.answer)
@@ -261,6 +250,27 @@ class DualDgoModule(LightningModule):
             out[f"{name}_tokens"] = np.array([len(ids) for ids in generated], dtype=np.float64)
         out["difficulty"] = np.array([item.difficulty for item in items], dtype=np.float64)
         return out
+
+    @torch.no_grad()
+    def decode(
+        self, prompts, mode_id: int, temperature: float = 0.0
+    ) -> tuple[list[list[int]], list[str]]:
+        """Responses forced to start with ``mode_id`` (greedy at temperature 0, else sampled):
+        their ids (with EOS) and their texts (without it)."""
+        eos = self.encoder.eos_id
+        generated = decode_responses(
+            self.vlm,
+            self.encoder,
+            prompts,
+            mode_id,
+            self.hparams.max_new_tokens,
+            self.image_token_id,
+            temperature,
+        )
+        texts = [
+            self.encoder.tokenizer.decode(ids[:-1] if ids[-1] == eos else ids) for ids in generated
+        ]
+        return generated, texts
 
     def _first_token_logits(self, prompts) -> torch.Tensor:
         return self.prompt_end(prompts)[0]
