@@ -65,6 +65,21 @@ def test_config_files_layer_over_default(project, tmp_path):
     assert cli.trainer.limit_val_batches == 1  # still from default.yaml
 
 
+def test_a_second_entry_point_starts_from_its_own_default_config(project):
+    (project / "configs" / "other.yaml").write_text(
+        "trainer:\n  max_steps: 2\n  logger: false\n  enable_checkpointing: false\n"
+    )
+    cli = cli_main(
+        BoringModel,
+        BoringDataModule,
+        project_file=project / "src" / "demo" / "cli.py",
+        args=[],
+        default_config="other.yaml",
+    )
+    assert cli.trainer.global_step == 2
+    assert cli.trainer.limit_val_batches == 1.0  # Lightning's default: default.yaml not read
+
+
 def test_quiet_fit_silences_a_config_but_not_an_override(project, tmp_path):
     noisy = tmp_path / "noisy.yaml"
     noisy.write_text("trainer:\n  limit_val_batches: 2\n  max_steps: 2\n")

@@ -152,6 +152,7 @@ class PapersCLI(LightningCLI):
         project_file: str | Path,
         args: Sequence[str] | None = None,
         trainer_defaults_override: dict[str, Any] | None = None,
+        default_config: str = "default.yaml",
         **kwargs: Any,
     ) -> None:
         # MFU needs the module's FLOPs; without them samples/s is still logged, so the
@@ -160,11 +161,12 @@ class PapersCLI(LightningCLI):
         project_dir = project_dir_of(project_file)
         project = find_project(project_dir)
         self.slug = project.slug if project else project_dir.name
-        default_config = project_dir / "configs" / "default.yaml"
+        default_config = project_dir / "configs" / default_config
         if not default_config.is_file():
             raise UserError(
                 f"The project's default config {default_config} is missing. Every project "
-                "ships configs/default.yaml (the CPU miniature); restore it from git or create it."
+                f"ships configs/{default_config.name} (the CPU miniature); restore it from git "
+                "or create it."
             )
         run_dir = str(Path("runs") / self.slug)
         defaults = {
@@ -263,6 +265,10 @@ def cli_main(
 ) -> PapersCLI:
     """Run the project's LightningCLI (what ``uv run train`` calls). ``args=None`` reads argv.
 
+    ``default_config="vision.yaml"`` (a keyword passed on to ``PapersCLI``) makes a second
+    entry point of a project, with its own module and data, start from that file instead of
+    ``configs/default.yaml``.
+
     ``cli_class`` may be a ``PapersCLI`` subclass (e.g. one whose ``add_arguments_to_parser``
     links data and model sizes). Extra keyword arguments go to ``LightningCLI``
     (e.g. ``subclass_mode_model=True``).
@@ -293,6 +299,7 @@ def quiet_fit(
     overrides: Sequence[str] = (),
     callbacks: Sequence[Any] = (),
     cli_class: type[PapersCLI] = PapersCLI,
+    default_config: str = "default.yaml",
 ) -> PapersCLI:
     """Fit one configuration of a claim experiment through the project's real CLI, quietly.
 
@@ -310,6 +317,7 @@ def quiet_fit(
         cli_class=cli_class,
         trainer_defaults_override={"callbacks": list(callbacks), "enable_progress_bar": False},
         save_config_callback=None,
+        default_config=default_config,
     )
 
 
