@@ -65,9 +65,8 @@ def test_gsm8k_solutions_lose_annotations_and_answers_are_normalised(tmp_path):
         {"question": "Q3", "answer": "2-5 = <<2-5=-3>>-3\n#### -3"},
         {"question": "Q4", "answer": "Half of 7 is 3.50\n#### 3.50"},
     ]
-    path.write_text("\n".join(json.dumps(r) for r in records[:2]) + "\n\n   \n")
-    with path.open("a") as file:
-        file.write("".join(json.dumps(r) + "\n" for r in records[2:]) + "\n")
+    first, second, third, fourth = (json.dumps(r) for r in records)
+    path.write_text("\n".join([first, second, "", "   ", third, fourth, "", ""]))  # blank lines
     problems = read_gsm8k(path)
     assert problems[0] == Problem(
         question=NATALIA["question"],
@@ -86,6 +85,9 @@ def test_a_gsm8k_line_without_a_final_answer_names_the_file_and_line(tmp_path):
         read_gsm8k(path)
     path.write_text(json.dumps({"question": "Q", "answer": "so #### many"}) + "\n")
     with pytest.raises(DataFormatError, match=r":1: the final answer 'many' is not a number"):
+        read_gsm8k(path)
+    path.write_text(json.dumps({"question": "Q", "solution": "#### 7"}) + "\n")
+    with pytest.raises(DataFormatError, match=r":1: needs 'question' and 'answer'"):
         read_gsm8k(path)
 
 
@@ -182,6 +184,8 @@ def test_pack_documents_packs_across_block_boundaries_and_drops_the_tail():
     blocks = pack_documents(docs, block_size=4, eos_id=0)
     expected = torch.tensor([[11, 12, 13, 0], [21, 22, 0, 31]])
     assert blocks.dtype == torch.long and torch.equal(blocks, expected)
+    as_arrays = [np.array(docs[0]), torch.tensor(docs[1]), docs[2]]  # tokenizer outputs vary
+    assert torch.equal(pack_documents(as_arrays, block_size=4, eos_id=0), expected)
 
 
 def test_pack_documents_puts_bos_before_each_document():

@@ -18,7 +18,6 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -200,10 +199,13 @@ def pack_documents(
     """
     if block_size < 1:
         raise ConfigError(f"block_size must be positive, got {block_size}")
-    prefix = () if bos_id is None else (bos_id,)
-    stream = torch.tensor(
-        list(chain.from_iterable((*prefix, *doc, eos_id) for doc in docs)), dtype=torch.long
-    )
+    # Concatenated per document, not per token, so a large corpus stays fast.
+    prefix = torch.tensor([] if bos_id is None else [bos_id], dtype=torch.long)
+    suffix = torch.tensor([eos_id], dtype=torch.long)
+    pieces = [
+        piece for doc in docs for piece in (prefix, torch.as_tensor(doc, dtype=torch.long), suffix)
+    ]
+    stream = torch.cat(pieces) if pieces else suffix[:0]
     n_blocks = len(stream) // block_size
     if n_blocks == 0:
         raise ConfigError(
@@ -220,7 +222,7 @@ def _end_of_turn_id(tokenizer: PreTrainedTokenizerFast) -> int:
         [{"role": "user", "content": "question"}, {"role": "assistant", "content": marker}],
         tokenize=False,
     )
-    after = rendered.split(marker)[-1].lstrip() if marker in rendered else ""
+    after = rendered.split(marker)[-1] if marker in rendered else ""
     ids = tokenizer(after, add_special_tokens=False)["input_ids"]
     if ids and ids[0] in tokenizer.added_tokens_decoder:
         return ids[0]
@@ -340,7 +342,7 @@ def check_attention_supports_jvp(model: torch.nn.Module) -> None:
     does run under ``sdpa_kernel(SDPBackend.MATH)``, but only while that context is active
     around every forward, so eager is the one setting that cannot silently break.
     """
-    found = getattr(model.config, "_attn_implementation", None)
+    found = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if found != "eager":
         raise ConfigError(
             f"the model uses attn_implementation={found!r}, whose kernels do not implement "
