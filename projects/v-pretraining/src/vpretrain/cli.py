@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-from vpretrain.data import VpretrainDataModule
-from vpretrain.model import VpretrainModule
 from papers_cli import PapersCLI, cli_main
+from vpretrain.data import VPretrainDataModule
+from vpretrain.model import VPretrainModule
 
 
-class VpretrainCLI(PapersCLI):
+class VPretrainCLI(PapersCLI):
     def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("data.in_features", "model.in_features")
+        parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
 
 
 def train(args: list[str] | None = None) -> PapersCLI:
     """LightningCLI over the project's module and data; returns the CLI (trainer, model)."""
     return cli_main(
-        VpretrainModule,
-        VpretrainDataModule,
-        project_file=__file__,
-        args=args,
-        cli_class=VpretrainCLI,
-    )
+        VPretrainModule, VPretrainDataModule, project_file=__file__, args=args,
+        cli_class=VPretrainCLI,
+    )  # fmt: skip
 
 
 def main() -> None:

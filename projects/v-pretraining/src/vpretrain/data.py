@@ -1,130 +1,257 @@
-"""Data: the real-format loader and the embedded miniature behind one DataModule.
+"""Data: the unlabeled CPT stream, the feedback problems and the evaluation sets, one DataModule.
 
-Real format (TEMPLATE): ``<root>/data.npz`` with ``x`` float [N, F] and ``y`` float [N].
-Miniature: y = w.x + noise with a seeded w, generated once and cached.
+Paper scale (``--data.corpus`` and ``--data.gsm8k``): a text corpus (JSONL or parquet with a
+``text`` field, packed across documents with EOS) tokenised by the checkpoint's tokenizer, and
+GSM8K's ``train.jsonl`` (``n_feedback`` problems drawn as feedback, ``n_val`` others for
+validation) and ``test.jsonl`` (evaluation). Default: the miniature of ``miniature.py``.
+
+Every training batch is a dict of [B, block_size + 1] tensors: ``ids`` (what the learner reads),
+``clean_ids`` (the stream with every stated result right; equal to ``ids`` on real data),
+``corrupted`` and ``result`` (token annotations, all False on real data).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
 import numpy as np
 import torch
-from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, PositiveInt
 from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 from papers_cli import ConfigError
-from papers_data import (
-    EpochShuffle,
-    cached_generate,
-    drawn_by_trainer,
-    require_files,
-    resolve_data_root,
-    seeded_split,
-)
-from papers_gpu import run_seed
+from papers_data import EpochShuffle, drawn_by_trainer
+from vpretrain import formats, miniature
+from vpretrain.formats import Problem
 
-HOW_TO_GET = "TEMPLATE: say where the real dataset is published and how to convert it."
+Stream = Literal["noisy", "clean", "base"]
 
 
-class DataFormatError(ValueError):
-    """The data do not have the shape or values this project needs."""
+@dataclass
+class ProblemSet:
+    """Problems encoded for scoring and greedy decoding.
 
-    user_facing = True
+    ``input_ids`` / ``attention_mask`` / ``answer_mask`` [N, L]: prompt + answer, right-padded;
+    ``prompt_ids`` / ``prompt_mask`` [N, P]: the prompts alone, LEFT-padded for generation."""
 
+    problems: list[Problem]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    answer_mask: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
 
-def check_arrays(x: np.ndarray, y: np.ndarray, in_features: int) -> None:
-    """Raise a DataFormatError naming what is wrong with (x, y)."""
-    if x.ndim != 2 or y.ndim != 1 or x.shape[0] != y.shape[0]:
-        raise DataFormatError(f"expected x [N, F] and y [N], got {x.shape} and {y.shape}")
-    if x.shape[1] != in_features:
-        raise DataFormatError(
-            f"the data have {x.shape[1]} features but data.in_features={in_features}; "
-            f"set --data.in_features={x.shape[1]}"
-        )
-    if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        raise DataFormatError("the data contain NaN or infinite values; clean them first")
+    def __len__(self) -> int:
+        return len(self.problems)
 
-
-def load_real(root: str, in_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """Read ``data.npz`` from the data root (raises DatasetNotFoundError when missing)."""
-    folder = resolve_data_root(root, "v-pretraining", ["data.npz"], HOW_TO_GET)
-    path = require_files(folder, "v-pretraining", ["data.npz"], HOW_TO_GET)["data.npz"]
-    with np.load(path) as stored:
-        x, y = stored["x"].astype(np.float32), stored["y"].astype(np.float32)
-    check_arrays(x, y, in_features)
-    return x, y
+    def subset(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "input_ids": self.input_ids[index],
+            "attention_mask": self.attention_mask[index],
+            "answer_mask": self.answer_mask[index],
+        }
 
 
-def generate_miniature(n: int, in_features: int, noise: float, seed: int) -> dict[str, np.ndarray]:
-    """A seeded linear problem y = w.x + noise; ``w`` is kept (the claim's oracle uses it)."""
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=in_features).astype(np.float32)
-    x = rng.normal(size=(n, in_features)).astype(np.float32)
-    y = (x @ w + noise * rng.normal(size=n)).astype(np.float32)
-    return {"x": x, "y": y, "w": w}
+def encode_problems(tokenizer, problems: list[Problem], chat: bool = False) -> ProblemSet:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pairs = [formats.encode_problem(tokenizer, p, chat=chat) for p in problems]
+    length = max(len(a) + len(b) for a, b in pairs)
+    width = max(len(a) for a, _ in pairs)
+    ids = torch.full((len(pairs), length), pad, dtype=torch.long)
+    attention = torch.zeros(len(pairs), length, dtype=torch.long)
+    answer = torch.zeros(len(pairs), length, dtype=torch.bool)
+    prompts = torch.full((len(pairs), width), pad, dtype=torch.long)
+    prompt_mask = torch.zeros(len(pairs), width, dtype=torch.long)
+    for i, (prompt, reply) in enumerate(pairs):
+        n = len(prompt) + len(reply)
+        ids[i, :n] = torch.tensor(prompt + reply)
+        attention[i, :n] = 1
+        answer[i, len(prompt) : n] = True
+        prompts[i, width - len(prompt) :] = torch.tensor(prompt)
+        prompt_mask[i, width - len(prompt) :] = 1
+    return ProblemSet(problems, ids, attention, answer, prompts, prompt_mask)
 
 
-class VpretrainDataModule(LightningDataModule):
-    """Train / validation / test splits of the real data (``root``) or of the miniature.
+class BlockDataset(Dataset):
+    def __init__(self, blocks: dict[str, np.ndarray]):
+        self.blocks = {name: torch.from_numpy(array) for name, array in blocks.items()}
 
-    ``seed`` fixes the miniature and the split; by default it is the run's ``seed_everything``,
-    so one seed changes data, initialisation and noise together.
-    """
+    def __len__(self) -> int:
+        return len(self.blocks["ids"])
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {name: array[i] for name, array in self.blocks.items()}
+
+
+class ProblemDataset(Dataset):
+    def __init__(self, problems: ProblemSet):
+        self.problems = problems
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        p = self.problems
+        return {
+            "input_ids": p.input_ids[i],
+            "attention_mask": p.attention_mask[i],
+            "answer_mask": p.answer_mask[i],
+            "prompt_ids": p.prompt_ids[i],
+            "prompt_mask": p.prompt_mask[i],
+            "index": torch.tensor(i),
+        }
+
+
+class VPretrainDataModule(LightningDataModule):
+    """The CPT stream, the feedback set and the evaluation sets.
+
+    ``stream``: ``noisy`` (CPT prose + narratives with ``corruption_rate`` wrong results),
+    ``clean`` (the same with every result right; the precondition's reference) or ``base``
+    (base-pretraining text: news, other articles, clean narratives and practice problems).
+    ``mix_feedback`` adds the feedback problems to the stream as ordinary documents: the
+    reference arm that breaks the rule (labels as learner supervision)."""
 
     def __init__(
         self,
-        root: str | None = None,
-        n_train: PositiveInt = 512,
-        n_val: PositiveInt = 128,
-        n_test: PositiveInt = 256,
-        in_features: PositiveInt = 8,
-        noise: NonNegativeFloat = 0.1,
-        batch_size: PositiveInt = 64,
-        num_workers: NonNegativeInt = 0,
-        seed: NonNegativeInt | None = None,
-    ) -> None:
+        corpus: str | None = None,
+        gsm8k: str | None = None,
+        tokenizer: str | None = None,
+        chat: bool = False,
+        stream: Stream = "noisy",
+        arithmetic_share: NonNegativeFloat = 0.2,
+        corruption_rate: NonNegativeFloat = 0.3,
+        mix_feedback: bool = False,
+        n_feedback: PositiveInt = 1024,
+        n_val: PositiveInt = 200,
+        n_test: PositiveInt = 300,
+        perplexity_blocks: PositiveInt = 64,
+        block_size: PositiveInt = 64,
+        batch_size: PositiveInt = 16,
+        seed: int = 0,
+        num_workers: int = 0,
+    ):
         super().__init__()
         self.save_hyperparameters()
-        self.true_weights: np.ndarray | None = None
+        if (corpus is None) != (gsm8k is None):
+            raise ConfigError(
+                "--data.corpus and --data.gsm8k go together: the real-data path needs both a "
+                "text corpus and GSM8K (leave both unset for the miniature)."
+            )
+        if not 0 <= arithmetic_share < 1 or not 0 <= corruption_rate <= 1:
+            raise ConfigError(
+                "--data.arithmetic_share must be in [0, 1) and --data.corruption_rate in [0, 1]"
+            )
+        self.tokenizer = (
+            formats.load_tokenizer(tokenizer)
+            if tokenizer is not None or corpus is not None
+            else miniature.train_tokenizer()
+        )
+        self._ready = False
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+    @property
+    def real(self) -> bool:
+        return self.hparams.corpus is not None
 
     def setup(self, stage: str | None = None) -> None:
+        if self._ready:
+            return
         h = self.hparams
-        seed = self.seed = run_seed() if h.seed is None else h.seed
-        n = h.n_train + h.n_val + h.n_test
-        if h.root is not None:
-            x, y = load_real(h.root, h.in_features)
+        if self.real:
+            self._setup_real()
         else:
-            config = {"n": n, "in_features": h.in_features, "noise": h.noise, "seed": seed}
-            arrays = cached_generate("v-pretraining", config, lambda: generate_miniature(**config))
-            x, y, self.true_weights = arrays["x"], arrays["y"], arrays["w"]
-        if len(y) < n:
-            raise ConfigError(
-                f"the data hold {len(y)} rows, fewer than n_train + n_val + n_test = {n}"
-            )
-        sizes = [h.n_train, h.n_val, h.n_test]
-        parts = seeded_split(len(y), [size / len(y) for size in sizes], seed)
-        self.train_set, self.val_set, self.test_set = (
-            TensorDataset(torch.from_numpy(x[idx]), torch.from_numpy(y[idx])) for idx in parts
+            self._setup_miniature()
+        formats.refuse_overlap(self.feedback.problems, self.test_problems.problems)
+        formats.refuse_overlap(self.feedback.problems, self.val_problems.problems)
+        self.train_set = BlockDataset(self.stream.blocks(h.block_size + 1))
+        self._ready = True
+
+    def _setup_miniature(self) -> None:
+        h = self.hparams
+        feedback = miniature.problems("feedback", h.n_feedback, h.seed)
+        extra = [f"{p.question}\n{p.solution}" for p in feedback] if h.mix_feedback else []
+        if h.stream == "base":
+            practice = [f"{p.question}\n{p.solution}" for p in miniature.problems("base", 2000, 0)]
+            self.stream = miniature.build_stream(
+                self.tokenizer, miniature.prose_split("base"), h.arithmetic_share, 0.0, h.seed,
+                extra_documents=practice + extra,
+            )  # fmt: skip
+        else:
+            rate = h.corruption_rate if h.stream == "noisy" else 0.0
+            self.stream = miniature.build_stream(
+                self.tokenizer, miniature.prose_split("cpt"), h.arithmetic_share, rate, h.seed,
+                extra_documents=extra,
+            )  # fmt: skip
+        self.feedback = encode_problems(self.tokenizer, feedback)
+        # Validation and test problems do not depend on the seed: every seed is judged on the
+        # same items, so comparisons pair over problems.
+        self.val_problems = encode_problems(self.tokenizer, miniature.problems("val", h.n_val, 0))
+        self.test_problems = encode_problems(
+            self.tokenizer, miniature.problems("test", h.n_test, 0)
         )
+        self.perplexity = {
+            split: self._prose_blocks(miniature.prose_split(split)) for split in ("val", "test")
+        }
+
+    def _prose_blocks(self, texts: list[str]) -> torch.Tensor:
+        eos = self.tokenizer.eos_token_id
+        docs = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        blocks = formats.pack_documents(docs, self.hparams.block_size + 1, eos)
+        return blocks[: self.hparams.perplexity_blocks]
+
+    def _setup_real(self) -> None:
+        h = self.hparams
+        texts = formats.read_text_corpus(h.corpus)
+        held_out = max(1, len(texts) // 50)
+        tok = self.tokenizer
+        docs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts[held_out:]]
+        blocks = formats.pack_documents(docs, h.block_size + 1, tok.eos_token_id, tok.bos_token_id)
+        ids = blocks.flatten().numpy()
+        zeros = np.zeros_like(ids, dtype=bool)
+        self.stream = miniature.Stream(ids, ids.copy(), zeros, zeros.copy())
+        root = Path(h.gsm8k)
+        train = formats.read_gsm8k(root / "train.jsonl")
+        test = formats.read_gsm8k(root / "test.jsonl")[: h.n_test]
+        feedback = formats.split_feedback(train, h.n_feedback, h.seed)
+        chosen = {p.question for p in feedback}
+        val = [p for p in train if p.question not in chosen][: h.n_val]
+        if h.mix_feedback:
+            raise ConfigError("--data.mix_feedback is a miniature reference arm only")
+        self.feedback = encode_problems(tok, feedback, chat=h.chat)
+        self.val_problems = encode_problems(tok, val, chat=h.chat)
+        self.test_problems = encode_problems(tok, test, chat=h.chat)
+        eval_texts = texts[:held_out]
+        half = max(1, len(eval_texts) // 2)
+        self.perplexity = {
+            "val": self._prose_blocks(eval_texts[:half]),
+            "test": self._prose_blocks(eval_texts[half:] or eval_texts),
+        }
 
     def train_dataloader(self) -> DataLoader:
-        # A shuffle per epoch keyed on the items drawn (the optimizer steps taken), so a resumed
-        # run reads the uninterrupted run's batches; EpochShuffle's third argument is that
-        # position, not the epoch number.
         n = len(self.train_set)
-        order = EpochShuffle(n, self.seed, drawn_by_trainer(self, n, self.hparams.batch_size))
-        return self._loader(self.train_set, sampler=order)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set)
-
-    def _loader(self, dataset: TensorDataset, sampler: EpochShuffle | None = None) -> DataLoader:
+        order = EpochShuffle(n, self.hparams.seed, drawn_by_trainer(self, n, self.hparams.batch_size, drop_last=True))
         return DataLoader(
-            dataset,
+            self.train_set,
             batch_size=self.hparams.batch_size,
-            sampler=sampler,
+            sampler=order,
             num_workers=self.hparams.num_workers,
+            drop_last=True,
         )
+
+    def _eval_loaders(self, problems: ProblemSet, split: str) -> list[DataLoader]:
+        return [
+            DataLoader(ProblemDataset(problems), batch_size=64),
+            DataLoader(BlockDataset({"ids": self.perplexity[split].numpy()}), batch_size=16),
+        ]
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return self._eval_loaders(self.val_problems, "val")
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return self._eval_loaders(self.test_problems, "test")
