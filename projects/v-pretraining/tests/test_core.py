@@ -1,55 +1,208 @@
+"""The language math of core.py, checked against autograd, finite differences and closed forms."""
+
+from __future__ import annotations
+
+import math
+
 import pytest
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from vpretrain.core import make_regressor, regression_loss, squared_errors
-from vpretrain.model import VpretrainModule
-
-
-def test_loss_is_zero_only_at_the_target():
-    y = torch.randn(10)
-    assert regression_loss(y, y) == 0
-    assert regression_loss(y + 1, y) == pytest.approx(1.0)
+from vpretrain import core
 
 
-def test_per_item_errors_by_hand():
-    errors = squared_errors(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 0.0, 1.0]))
-    assert errors.tolist() == [0.0, 4.0, 9.0]
-
-
-def test_loss_gradient_matches_finite_differences():
-    prediction = torch.randn(6, dtype=torch.float64, requires_grad=True)
-    target = torch.randn(6, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda p: regression_loss(p, target), (prediction,))
-
-
-def test_gradients_reach_every_parameter():
-    net = make_regressor(4, 8)
-    regression_loss(net(torch.randn(5, 4)).squeeze(-1), torch.randn(5)).backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
-
-
-def test_shape_mismatch_is_an_error():
-    with pytest.raises(ValueError, match="prediction"):
-        regression_loss(torch.zeros(3), torch.zeros(4))
-
-
-def test_the_default_training_loss_has_the_hand_computed_value():
-    """The loss the default config trains on, through the LightningModule: with the output
-    layer zeroed the network predicts 0, so the loss is mean(y^2) = (1 + 4 + 9) / 3."""
-    module = VpretrainModule(in_features=2)
-    torch.nn.init.zeros_(module.net[-1].weight)
-    torch.nn.init.zeros_(module.net[-1].bias)
-    batch = (torch.randn(3, 2), torch.tensor([1.0, -2.0, 3.0]))
-    assert module.training_step(batch, 0).item() == pytest.approx(14 / 3)
-
-
-def test_a_training_step_moves_the_module_downhill():
+def tiny_lm(vocab: int = 50, dtype=torch.float64) -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    module = VpretrainModule(in_features=3)
-    x = torch.randn(64, 3)
-    batch = (x, x @ torch.tensor([1.0, -1.0, 0.5]))
-    optimizer = module.configure_optimizers()
-    before = module.training_step(batch, 0)
-    before.backward()
-    optimizer.step()
-    assert module.training_step(batch, 0).item() < before.item()
+    config = Qwen2Config(
+        vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+        attn_implementation="eager",
+    )  # fmt: skip
+    return Qwen2ForCausalLM(config).to(dtype)
+
+
+def log_probs_of(model, ids):
+    return torch.log_softmax(model(input_ids=ids).logits, -1)
+
+
+def random_tangent(model, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        n: torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in model.named_parameters()
+    }
+
+
+def test_directions_equal_autograd_inner_products_and_finite_differences():
+    model = tiny_lm()
+    ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(2))
+    tangent = random_tangent(model)
+    named = dict(model.named_parameters())
+    log_probs, directions, hidden = core.log_probs_and_directions(model, named, tangent, ids)
+    assert torch.allclose(log_probs, log_probs_of(model, ids))
+    assert hidden.shape == (2, 7, 16)
+    for b, t, v in [(0, 3, 5), (1, 6, 49), (1, 0, 0)]:
+        model.zero_grad()
+        log_probs_of(model, ids)[b, t, v].backward()
+        by_autograd = sum((p.grad * tangent[n]).sum() for n, p in named.items())
+        assert directions[b, t, v].item() == pytest.approx(by_autograd.item(), rel=1e-6)  # RMSNorm runs in fp32
+    eps = 1e-5
+    with torch.no_grad():
+        plus = torch.func.functional_call(
+            model, {n: p + eps * tangent[n] for n, p in named.items()}, (ids,)
+        ).logits.log_softmax(-1)
+        minus = torch.func.functional_call(
+            model, {n: p - eps * tangent[n] for n, p in named.items()}, (ids,)
+        ).logits.log_softmax(-1)
+    assert torch.allclose(directions, (plus - minus) / (2 * eps), rtol=1e-5, atol=1e-7)
+
+
+def test_predicted_decrease_matches_the_realised_one_for_a_small_step():
+    """Eq. (3): for a small SGD step on L_ssl(q), V(q) equals L_down(theta) - L_down(theta')."""
+    model = tiny_lm()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 50, (3, 9), generator=g)
+    feedback = torch.randint(0, 50, (4, 6), generator=g)
+    answer = torch.zeros(4, 6, dtype=torch.bool)
+    answer[:, 3:] = True
+    named = dict(model.named_parameters())
+
+    def downstream():
+        fn = lambda i, a: log_probs_of(model, i)  # noqa: E731
+        return core.answer_nll(fn, feedback, torch.ones_like(feedback), answer).mean()
+
+    g_down = torch.autograd.grad(downstream(), list(named.values()))
+    tangent = dict(zip(named, g_down, strict=True))
+    log_probs, directions, _ = core.log_probs_and_directions(model, named, tangent, ids[:, :-1])
+    slots = core.candidates(log_probs, ids[:, 1:], k=4)
+    mixing = torch.rand(3, 8, generator=g, dtype=torch.float64)
+    q = core.soft_targets(mixing, torch.randn(3, 8, 4, generator=g, dtype=torch.float64))
+    lr = 1e-3
+    predicted = core.predicted_decrease(q, directions.gather(-1, slots), lr)
+
+    before = downstream().item()
+    ssl = core.soft_cross_entropy(log_probs_of(model, ids[:, :-1]).gather(-1, slots), q)
+    grads = torch.autograd.grad(ssl, list(named.values()))
+    with torch.no_grad():
+        for p, grad in zip(named.values(), grads, strict=True):
+            p -= lr * grad
+    realised = before - downstream().item()
+    assert predicted.item() == pytest.approx(realised, rel=0.02)
+    assert abs(predicted.item()) > 1e-6  # not trivially zero
+
+
+def test_soft_targets_are_distributions_on_the_top_k_plus_the_observed_token():
+    g = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(2, 5, 30, generator=g).log_softmax(-1)
+    observed = torch.randint(0, 30, (2, 5), generator=g)
+    slots = core.candidates(log_probs, observed, k=4)
+    assert torch.equal(slots[..., 0], observed)
+    assert torch.equal(slots[..., 1:], log_probs.topk(4, -1).indices)
+    q = core.soft_targets(torch.rand(2, 5, generator=g), torch.randn(2, 5, 4, generator=g), 0.5)
+    dense = core.to_vocabulary(q, slots, 30)
+    assert torch.allclose(dense.sum(-1), torch.ones(2, 5))
+    assert (dense >= 0).all()
+    allowed = torch.zeros(2, 5, 30, dtype=torch.bool).scatter_(-1, slots, True)
+    assert (dense[~allowed] == 0).all()
+    one_hot = core.soft_targets(torch.zeros(2, 5), torch.randn(2, 5, 4, generator=g))
+    assert torch.equal(core.to_vocabulary(one_hot, slots, 30).argmax(-1), observed)
+    assert torch.allclose(one_hot[..., 0], torch.ones(2, 5))
+    scores = torch.randn(2, 5, 4, generator=g)
+    spread = core.soft_targets(torch.ones(2, 5), scores, temperature=2.0)
+    assert torch.allclose(spread[..., 1:], torch.softmax(scores / 2.0, -1))
+
+
+def test_soft_cross_entropy_is_linear_in_the_targets_and_one_hot_is_plain_nll():
+    g = torch.Generator().manual_seed(1)
+    at = torch.randn(2, 3, 5, generator=g).log_softmax(-1)
+    q1 = torch.rand(2, 3, 5, generator=g).softmax(-1)
+    q2 = torch.rand(2, 3, 5, generator=g).softmax(-1)
+    mixed = core.soft_cross_entropy(at, 0.3 * q1 + 0.7 * q2)
+    assert mixed == pytest.approx(
+        (0.3 * core.soft_cross_entropy(at, q1) + 0.7 * core.soft_cross_entropy(at, q2)).item()
+    )
+    one_hot = torch.zeros(2, 3, 5)
+    one_hot[..., 0] = 1
+    assert core.soft_cross_entropy(at, one_hot) == pytest.approx(-at[..., 0].mean().item())
+    mask = torch.tensor([[1.0, 0, 0], [0, 0, 1]])
+    expected = -(at[0, 0, 0] + at[1, 2, 0]) / 2
+    assert core.soft_cross_entropy(at, one_hot, mask) == pytest.approx(expected.item())
+
+
+def test_predicted_decrease_closed_form_and_mask():
+    q = torch.tensor([[[0.5, 0.5], [1.0, 0.0]]])  # [1, 2, 2]
+    d = torch.tensor([[[2.0, -4.0], [3.0, 7.0]]])
+    # -(eta/N) sum q D = -(0.1/2) * ((1 - 2) + 3) = -0.1
+    assert core.predicted_decrease(q, d, 0.1).item() == pytest.approx(-0.1)
+    mask = torch.tensor([[1.0, 0.0]])
+    assert core.predicted_decrease(q, d, 0.1, mask).item() == pytest.approx(0.1)
+
+
+def test_designer_regularisers_closed_form():
+    k = 4
+    reference = torch.full((1, 1, k + 1), 0.1 / k)
+    reference[..., 0] = 0.9
+    kl, entropy = core.designer_regularisers(reference, smoothing=0.1)
+    assert kl.item() == pytest.approx(0.0, abs=1e-7)
+    uniform = torch.full((1, 1, k + 1), 1 / (k + 1))
+    kl, entropy = core.designer_regularisers(uniform, smoothing=0.1)
+    assert entropy.item() == pytest.approx(math.log(k + 1))
+    expected = sum(0.2 * math.log(0.2 / r) for r in [0.9] + [0.1 / k] * k)
+    assert kl.item() == pytest.approx(expected)
+
+
+def test_adam_preconditioner_is_the_bias_corrected_second_moment():
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    optimizer = torch.optim.AdamW([p], lr=0.1, betas=(0.9, 0.99), eps=1e-8)
+    scales = core.adam_preconditioner(optimizer, {"p": p})
+    assert torch.equal(scales["p"], torch.ones(3))  # no state yet: identity
+    for grad in ([0.5, 1.0, -2.0], [1.5, -1.0, 0.0]):
+        p.grad = torch.tensor(grad)
+        optimizer.step()
+    v = 0.99 * (1 - 0.99) * torch.tensor([0.25, 1.0, 4.0]) + (1 - 0.99) * torch.tensor(
+        [2.25, 1.0, 0.0]
+    )
+    v_hat = v / (1 - 0.99**2)
+    expected = 1 / (v_hat.sqrt() + 1e-8)
+    scales = core.adam_preconditioner(optimizer, {"p": p})
+    assert torch.allclose(scales["p"], expected, rtol=1e-5)
+
+
+def test_alignment_weights_keep_helpful_tokens_only():
+    d = torch.tensor([[-2.0, 1.0, -1.0, 0.0]])
+    mask = torch.ones(1, 4)
+    weights = core.alignment_token_weights(d, mask)
+    assert torch.allclose(weights, torch.tensor([[8 / 3, 0.0, 4 / 3, 0.0]]))
+    assert torch.equal(core.alignment_token_weights(torch.ones(1, 4), mask), mask)
+
+
+def test_fixed_soft_targets_mix_the_renormalised_top_k():
+    log_probs = torch.log(torch.tensor([[[0.5, 0.3, 0.1, 0.1]]]))
+    slots = core.candidates(log_probs, torch.tensor([[3]]), k=2)  # observed 3, top-2 = 0, 1
+    at = log_probs.gather(-1, slots)
+    q = core.fixed_soft_targets(at, 0.4)
+    assert torch.allclose(q, torch.tensor([[[0.6, 0.4 * 0.5 / 0.8, 0.4 * 0.3 / 0.8]]]))
+    assert torch.allclose(core.fixed_soft_targets(at, 0.0), torch.tensor([[[1.0, 0, 0]]]))
+
+
+def test_answer_nll_reads_only_the_answer_tokens():
+    table = torch.log(torch.tensor([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]))
+
+    def fn(ids, mask):  # the next token's log-probabilities depend on the current token only
+        return table[ids]
+
+    ids = torch.tensor([[0, 2, 1, 0]])
+    answer = torch.tensor([[False, False, True, True]])
+    # tokens 1 (after 2) and 0 (after 1): -(log 0.2 + log 0.6) / 2
+    expected = -(math.log(0.2) + math.log(0.6)) / 2
+    assert core.answer_nll(fn, ids, torch.ones_like(ids), answer).item() == pytest.approx(expected)
+
+
+def test_designer_starts_near_the_one_hot_target_and_stays_bounded():
+    designer = core.TargetDesigner(hidden_size=8, k=3, width=8, lambda_max=0.9)
+    hidden = torch.randn(2, 4, 8) * 100
+    at = torch.randn(2, 4, 4).log_softmax(-1)
+    mixing, scores = designer(hidden, at)
+    assert mixing.shape == (2, 4) and scores.shape == (2, 4, 3)
+    assert torch.allclose(mixing, torch.full((2, 4), 0.9 * torch.sigmoid(torch.tensor(-3.0))))
+    torch.nn.init.constant_(designer.mixing[-1].bias, 50.0)
+    assert designer(hidden, at)[0].max() <= 0.9

@@ -123,10 +123,15 @@ def log_probs_and_directions(
                 "output_hidden_states": True,
             },
         )
-        return torch.log_softmax(out.logits.float(), dim=-1), out.hidden_states[-1]
+        return log_softmax_at_least_fp32(out.logits), out.hidden_states[-1]
 
     (log_probs, hidden), (directions, _) = jvp(forward, primals, tangents)
     return log_probs, directions, hidden
+
+
+def log_softmax_at_least_fp32(logits: torch.Tensor) -> torch.Tensor:
+    """log-softmax over the vocabulary in float32 or wider (bf16 logits lose the tail)."""
+    return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1)
 
 
 def adam_preconditioner(

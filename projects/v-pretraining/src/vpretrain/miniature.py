@@ -4,7 +4,7 @@
   ``gensim`` wheel (no download). Articles split into base pretraining, continued pretraining
   (CPT) and held-out perplexity sets; news goes to base pretraining.
 - GSM-mini: one-step word problems ("Ann has 7 pens. She buys 5 more. How many pens does she
-  have now?" -> "#### 12") over a small fact space (a in 2..12, b in 1..9, + or -). Feedback,
+  have now?" -> "#### 12") over a small fact space (a in 2..9, b in 1..9, + or -: 116 facts). Feedback,
   validation and test problems use disjoint name sets, so no evaluated question is ever seen.
 - Arithmetic narratives: the same situations told as statements ("... Now she has 12 pens.").
   Base pretraining sees them correct. In the CPT stream a share ``corruption_rate`` state a
@@ -82,7 +82,7 @@ class Situation:
 
 def draw_situation(rng: random.Random, names: list[str]) -> Situation:
     add = rng.random() < 0.5
-    a = rng.randint(2, 12)
+    a = rng.randint(2, 9)
     b = rng.randint(1, 9) if add else rng.randint(1, min(9, a))
     verb = rng.choice(GAINS if add else LOSSES)
     return Situation(rng.choice(names), rng.choice(OBJECTS), a, b, add, verb)

@@ -144,7 +144,7 @@ class VPretrainModule(LightningModule):
     # -- the downstream direction -----------------------------------------------------------
     def learner_log_probs(self, input_ids, attention_mask=None) -> torch.Tensor:
         logits = self.learner(input_ids=input_ids, attention_mask=attention_mask).logits
-        return torch.log_softmax(logits.float(), dim=-1)
+        return core.log_softmax_at_least_fp32(logits)
 
     def feedback_minibatch(self, step: int) -> dict[str, torch.Tensor]:
         n = len(self.feedback)
