@@ -56,6 +56,12 @@ EXPECTED = {
     "nyuv2": ["images/train/*.png", "depth/train/*.png", "images/test/*.png", "depth/test/*.png"],
     "probe": ["train/<class>/*.jpg", "val/<class>/*.jpg"],
 }
+ROOT_OPTIONS = {
+    "image-folder": "unlabeled_root",
+    "ade20k": "ade20k_root",
+    "nyuv2": "nyuv2_root",
+    "probe": "probe_root",
+}
 HOW_TO_GET = {
     "image-folder": "Put images (jpg/png) under the folder, flat or in subfolders (ImageNet's "
     "train/ folder works as is).",
@@ -322,8 +328,10 @@ def real_splits(
     """Paper-scale splits: feedback = ADE20K training + NYUv2 train (seeded subsets of
     n_feedback / 2 each), evaluation = ADE20K validation + NYUv2 test (n_eval / 2 each)."""
     folders = {
-        name: resolve_data_root(roots[name], name, EXPECTED[name], HOW_TO_GET[name])
-        for name in ("image-folder", "ade20k", "nyuv2", "probe")
+        name: resolve_data_root(
+            root, name, EXPECTED[name], f"{HOW_TO_GET[name]} Option: --data.{ROOT_OPTIONS[name]}."
+        )
+        for name, root in roots.items()
     }
     ade, nyu = folders["ade20k"], folders["nyuv2"]
 
@@ -413,12 +421,7 @@ class DigitScenesDataModule(LightningDataModule):
         else:
             if h.num_channels != 3:
                 raise ConfigError("real images are RGB: set --data.num_channels=3")
-            roots = {
-                "image-folder": h.unlabeled_root,
-                "ade20k": h.ade20k_root,
-                "nyuv2": h.nyuv2_root,
-                "probe": h.probe_root,
-            }
+            roots = {name: h[option] for name, option in ROOT_OPTIONS.items()}
             self.splits = real_splits(roots, sizes, h.image_size, h.ignore_index, self.seed)
 
     def feedback_batch(self, index: int) -> dict[str, torch.Tensor]:
