@@ -216,10 +216,11 @@ class VisionVPretrainModule(LightningModule):
         )
 
     def features(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The student backbone's pooled features [B, D] and patch map [B, D, h, w]."""
+        """The student backbone's pooled features [B, 2D] (CLS and mean patch token, DINOv2's
+        linear-probe input) and patch map [B, D, h, w]."""
         output = self.backbone(pixel_values=self.normalise(images))
         patches = patch_grid(output.last_hidden_state, self.num_prefix_tokens, self.grid)
-        return output.pooler_output, patches
+        return torch.cat([output.pooler_output, patches.mean(dim=(2, 3))], dim=-1), patches
 
     # ----------------------------------------------------------------- the downstream direction
 
@@ -292,11 +293,11 @@ class VisionVPretrainModule(LightningModule):
         batch = images.shape[0]
         mode = self.hparams.view_mode
         if mode == "learned":
-            noise = torch.randn(batch, 2, self.designer.noise_dim, device=self.device)
+            noise = torch.randn(batch, 2, self.designer.noise_dim).to(images)
             return self.designer(self.normalise(images), noise)
         generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, ())))
         draw = fixed_augment_params if mode == "fixed" else random_view_params
-        return draw(batch, generator, self.bounds).to(self.device)
+        return draw(batch, generator, self.bounds).to(images)
 
     def value(self, views: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
         """Eq. 7: V of the views [2B, C, H, W] along the cached u, differentiable through the
@@ -405,7 +406,12 @@ class VisionVPretrainModule(LightningModule):
 
     def on_test_start(self) -> None:
         """Fit the probes on frozen student features: fresh dense heads on the feedback split,
-        logistic regression on the probe-train split."""
+        logistic regression on the probe-train split. Lightning tests under inference mode,
+        in which nothing can be fitted by gradient; it is lifted here."""
+        with torch.inference_mode(False):
+            self.fit_probes()
+
+    def fit_probes(self) -> None:
         h, data = self.hparams, self.trainer.datamodule
         feedback = self.embed(data.loader(data.splits["feedback"], data.hparams.eval_batch_size))
         with torch.random.fork_rng(devices=[]):
