@@ -108,9 +108,9 @@ class ProblemDataset(Dataset):
 class VPretrainDataModule(LightningDataModule):
     """The CPT stream, the feedback set and the evaluation sets.
 
-    ``stream``: ``noisy`` (CPT prose + narratives with ``corruption_rate`` wrong results),
-    ``clean`` (the same with every result right; the precondition's reference) or ``base``
-    (base-pretraining text: news, other articles, clean narratives and practice problems).
+    ``stream``: ``noisy`` (CPT prose + worked problems, ``corruption_rate`` of them with a wrong
+    answer), ``clean`` (the same text with every answer right; the precondition's reference) or
+    ``base`` (base-pretraining text: news, other articles, correct worked problems).
     ``mix_feedback`` adds the feedback problems to the stream as ordinary documents: the
     reference arm that breaks the rule (labels as learner supervision)."""
 
@@ -177,17 +177,19 @@ class VPretrainDataModule(LightningDataModule):
         feedback = miniature.problems("feedback", h.n_feedback, h.seed)
         extra = [f"{p.question}\n{p.solution}" for p in feedback] if h.mix_feedback else []
         if h.stream == "base":
-            practice = [f"{p.question}\n{p.solution}" for p in miniature.problems("base", 2000, 0)]
             self.stream = miniature.build_stream(
                 self.tokenizer, miniature.prose_split("base"), h.arithmetic_share, 0.0, h.seed,
-                extra_documents=practice + extra,
-            )  # fmt: skip
-        else:
-            rate = h.corruption_rate if h.stream == "noisy" else 0.0
-            self.stream = miniature.build_stream(
-                self.tokenizer, miniature.prose_split("cpt"), h.arithmetic_share, rate, h.seed,
                 extra_documents=extra,
             )  # fmt: skip
+        else:
+            stream = miniature.build_stream(
+                self.tokenizer, miniature.prose_split("cpt"), h.arithmetic_share,
+                h.corruption_rate, h.seed, extra_documents=extra,
+            )  # fmt: skip
+            if h.stream == "clean":  # the same text with every stated answer right
+                none = np.zeros_like(stream.corrupted)
+                stream = miniature.Stream(stream.clean_ids, stream.clean_ids, none, stream.result)
+            self.stream = stream
         self.feedback = encode_problems(self.tokenizer, feedback)
         # Validation and test problems do not depend on the seed: every seed is judged on the
         # same items, so comparisons pair over problems.

@@ -6,11 +6,11 @@
 - GSM-mini: one-step word problems ("Ann has 7 pens. She buys 5 more. How many pens does she
   have now?" -> "#### 12") over a small fact space (a in 2..9, b in 1..9, + or -: 116 facts). Feedback,
   validation and test problems use disjoint name sets, so no evaluated question is ever seen.
-- Arithmetic narratives: the same situations told as statements ("... Now she has 12 pens.").
-  Base pretraining sees them correct. In the CPT stream a share ``corruption_rate`` state a
-  wrong result with the same digit count: a DESIGNED STRESS TEST of this miniature (not the
-  paper's data) that gives soft targets something to fix; the clean stream is the same text
-  with every result right.
+- Worked problems in the unlabeled streams ("web math"): documents of GSM-mini problems with
+  their answers, names disjoint from validation and test. Base pretraining sees few and all
+  correct. In the CPT stream a share ``corruption_rate`` state a wrong answer with the same digit
+  count: a DESIGNED STRESS TEST of this miniature (not the paper's data) that gives soft targets
+  something to fix; the clean stream is the same text with every answer right.
 - Tokenizer: a 2,048-token byte-level BPE trained on this text with digits split one per token
   (as Qwen2.5 does). The real Qwen2.5 BPE (151k tokens, ``formats.load_tokenizer``) works too,
   but its vocabulary makes the tiny model's embedding, head and the full-vocabulary JVP cost
@@ -41,7 +41,7 @@ NAMES = {
     "feedback": ["Ivy", "Jack", "Kim", "Leo", "Mia", "Ned", "Ola", "Pat"],
     "val": ["Quinn", "Rosa", "Sam", "Tess"],
     "test": ["Uma", "Vic", "Wes", "Xena", "Yara", "Zoe"],
-    "narrative": ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gail", "Hugo", "Ivy", "Jack"],
+    "narrative": ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gail", "Hugo"],
 }
 FEMALE = {"Ann", "Cara", "Eva", "Gail", "Ivy", "Kim", "Mia", "Ola", "Rosa", "Tess", "Uma",
           "Xena", "Yara", "Zoe"}  # fmt: skip
@@ -72,12 +72,6 @@ class Situation:
     def question(self) -> str:
         pronoun = "she" if self.name in FEMALE else "he"
         return f"{self.setup()} How many {self.obj} does {pronoun} have now?"
-
-    def statement(self, stated: int) -> tuple[str, int]:
-        """The narrative sentence stating ``stated`` as the result, and where that number starts."""
-        pronoun = "she" if self.name in FEMALE else "he"
-        head = f"{self.setup()} Now {pronoun} has "
-        return f"{head}{stated} {self.obj}.", len(head)
 
 
 def draw_situation(rng: random.Random, names: list[str]) -> Situation:
@@ -110,7 +104,7 @@ def problems(split: str, n: int, seed: int) -> list[Problem]:
 
 @dataclass
 class Narrative:
-    """A document of arithmetic statements with the stated numbers' character spans."""
+    """A document of worked problems with the stated answers' character spans."""
 
     text: str
     clean_text: str
@@ -118,20 +112,21 @@ class Narrative:
     corrupted: list[bool]
 
 
-def narrative(rng: random.Random, sentences: int, corruption_rate: float) -> Narrative:
+def narrative(rng: random.Random, problems_per_document: int, corruption_rate: float) -> Narrative:
+    """Worked problems in the GSM-mini format as found in a web corpus; a share
+    ``corruption_rate`` of them state a wrong answer (same digit count as the right one)."""
     parts, clean_parts, spans, corrupted, offset = [], [], [], [], 0
-    for _ in range(sentences):
+    for _ in range(problems_per_document):
         s = draw_situation(rng, NAMES["narrative"])
         wrong = rng.random() < corruption_rate
         stated = wrong_result(s.result, rng) if wrong else s.result
-        text, start = s.statement(stated)
-        clean, _ = s.statement(s.result)
-        spans.append((offset + start, offset + start + len(str(stated))))
+        head = f"{s.question()}\n#### "
+        spans.append((offset + len(head), offset + len(head) + len(str(stated))))
         corrupted.append(wrong)
-        parts.append(text)
-        clean_parts.append(clean)
-        offset += len(text) + 1
-    return Narrative(" ".join(parts), " ".join(clean_parts), spans, corrupted)
+        parts.append(f"{head}{stated}")
+        clean_parts.append(f"{head}{s.result}")
+        offset += len(parts[-1]) + 2
+    return Narrative("\n\n".join(parts), "\n\n".join(clean_parts), spans, corrupted)
 
 
 def _gensim_file(name: str) -> Path:
@@ -194,7 +189,7 @@ def train_tokenizer(vocab_size: int = 2048):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    path = cache_dir() / "v-pretraining" / f"bpe-{config_hash({'vocab': vocab_size, 'v': 1})}.json"
+    path = cache_dir() / "v-pretraining" / f"bpe-{config_hash({'vocab': vocab_size, 'v': 2})}.json"
     if not path.is_file():
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -250,8 +245,8 @@ def build_stream(
     seed: int,
     extra_documents: list[str] = (),
 ) -> Stream:
-    """Pack prose paragraphs, arithmetic narratives (about ``arithmetic_share`` of the
-    documents by characters) and ``extra_documents`` in a seeded order, EOS after each."""
+    """Pack prose paragraphs, worked-problem documents (about ``arithmetic_share`` of the
+    text by characters) and ``extra_documents`` in a seeded order, EOS after each."""
     rng = random.Random(f"stream-{seed}")
     documents: list[tuple[str, Narrative | None]] = [(p, None) for p in prose]
     documents += [(d, None) for d in extra_documents]
@@ -259,7 +254,8 @@ def build_stream(
     target = arithmetic_share / max(1e-9, 1 - arithmetic_share) * prose_chars
     chars = 0
     while chars < target:
-        story = narrative(rng, 5, corruption_rate)
+        # One problem per document, ended by EOS as the evaluated answers are.
+        story = narrative(rng, 1, corruption_rate)
         documents.append((story.text, story))
         chars += len(story.text)
     rng.shuffle(documents)

@@ -13,7 +13,8 @@
   right one (needs the miniature's annotations).
 
 The designer's optimizer is a plain torch optimizer owned by the module (its state goes into the
-checkpoint): Lightning's ``global_step`` then counts learner steps only.
+checkpoint): Lightning's ``global_step`` then counts learner steps only. The designer exists in
+the two arms that use it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from vpretrain import core, formats
 
 Arm = Literal["vpretrain", "random_gradient", "plain", "fixed_soft", "alignment_reweight", "oracle"]
 VALUED_ARMS = ("vpretrain", "random_gradient", "alignment_reweight")
+DESIGNER_ARMS = ("vpretrain", "random_gradient")
 
 
 def build_learner(
@@ -39,13 +41,14 @@ def build_learner(
     layers: int,
     heads: int,
     max_positions: int,
+    attn_implementation: str = "eager",
 ) -> torch.nn.Module:
-    """A Qwen2-family causal LM with eager attention (forward-mode AD needs it): the local
-    checkpoint at ``pretrained``, or a tiny one built from a ``Qwen2Config``."""
+    """A Qwen2-family causal LM: the local checkpoint at ``pretrained``, or a tiny one built
+    from a ``Qwen2Config``."""
     if pretrained is not None:
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                pretrained, local_files_only=True, attn_implementation="eager"
+                pretrained, local_files_only=True, attn_implementation=attn_implementation
             )
         except OSError as error:
             raise ConfigError(
@@ -63,10 +66,9 @@ def build_learner(
             num_key_value_heads=max(1, heads // 2),
             max_position_embeddings=max_positions,
             tie_word_embeddings=True,
-            attn_implementation="eager",
+            attn_implementation=attn_implementation,
         )
         model = Qwen2ForCausalLM(config)
-    formats.check_attention_supports_jvp(model)
     return model
 
 
@@ -97,6 +99,7 @@ class VPretrainModule(LightningModule):
         gradient_ema: NonNegativeFloat = 0.5,
         preconditioner: Literal["adam", "identity"] = "adam",
         max_new_tokens: PositiveInt = 6,
+        attn_implementation: str = "eager",
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -105,13 +108,17 @@ class VPretrainModule(LightningModule):
         if arm == "fixed_soft" and not 0 <= fixed_mixing <= 1:
             raise ConfigError("--model.fixed_mixing is a probability: choose it in [0, 1]")
         self.learner = build_learner(
-            pretrained, vocab_size, hidden_size, layers, heads, max_positions
+            pretrained, vocab_size, hidden_size, layers, heads, max_positions, attn_implementation
         )
+        if arm in VALUED_ARMS:  # the value's JVP needs forward-mode AD through attention
+            formats.check_attention_supports_jvp(self.learner)
         if init_from is not None:
             self.learner.load_state_dict(torch.load(init_from, weights_only=True))
-        size = self.learner.config.hidden_size
-        self.designer = core.TargetDesigner(size, top_k, designer_width, lambda_max)
-        self.designer_optimizer = torch.optim.Adam(self.designer.parameters(), lr=designer_lr)
+        self.designer, self.designer_optimizer = None, None
+        if arm in DESIGNER_ARMS:
+            size = self.learner.config.hidden_size
+            self.designer = core.TargetDesigner(size, top_k, designer_width, lambda_max)
+            self.designer_optimizer = torch.optim.Adam(self.designer.parameters(), lr=designer_lr)
         # g_down, cached between refreshes (an EMA over feedback minibatches); saved.
         self.downstream_gradient: dict[str, torch.Tensor] = {}
         self.feedback = None  # a data.ProblemSet, taken from the DataModule at fit start
@@ -133,11 +140,12 @@ class VPretrainModule(LightningModule):
             )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["designer_optimizer"] = self.designer_optimizer.state_dict()
+        if self.designer_optimizer is not None:
+            checkpoint["designer_optimizer"] = self.designer_optimizer.state_dict()
         checkpoint["downstream_gradient"] = dict(self.downstream_gradient)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "designer_optimizer" in checkpoint:
+        if "designer_optimizer" in checkpoint and self.designer_optimizer is not None:
             self.designer_optimizer.load_state_dict(checkpoint["designer_optimizer"])
         self.downstream_gradient = dict(checkpoint.get("downstream_gradient", {}))
 
@@ -188,12 +196,15 @@ class VPretrainModule(LightningModule):
         if self.hparams.preconditioner == "identity":
             return self.downstream_gradient
         named = dict(self.learner.named_parameters())
-        scales = core.adam_preconditioner(self.optimizers().optimizer, named)
+        optimizer = self.optimizers()
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # unwrap a LightningOptimizer
+        scales = core.adam_preconditioner(optimizer, named)
         return {name: scales[name] * g for name, g in self.downstream_gradient.items()}
 
     # -- one training step ------------------------------------------------------------------
     def designed_targets(self, inputs, observed):
-        """Run eq. (4)-(7): returns (slots, q, logs) after one designer step."""
+        """Eq. (4)-(7): (slots, q, D at the slots, the designer's loss, logs); q still carries
+        the designer's graph (the caller detaches it for the learner)."""
         h = self.hparams
         named = dict(self.learner.named_parameters())
         log_probs, directions, hidden = core.log_probs_and_directions(
@@ -203,7 +214,7 @@ class VPretrainModule(LightningModule):
         at = log_probs.gather(-1, slots)  # [B, T, K+1]
         d_at = directions.gather(-1, slots)  # [B, T, K+1]
         if h.arm == "alignment_reweight":
-            return slots, at, d_at, {}
+            return slots, at, d_at, None, {}
         mixing, scores = self.designer(hidden.detach().float(), at.detach())
         q = core.soft_targets(mixing, scores, h.temperature)
         value = core.predicted_decrease(q, d_at, h.lr)
@@ -211,30 +222,28 @@ class VPretrainModule(LightningModule):
         scale = d_at.std().clamp_min(1e-12).detach()
         kl, entropy = core.designer_regularisers(q, h.smoothing)
         objective = value / (h.lr * scale)
-        loss = -objective + h.kappa * kl - h.mu * entropy
-        self.designer_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.designer_optimizer.step()
+        designer_loss = -objective + h.kappa * kl - h.mu * entropy
         logs = {
             "value": value.detach(),
             "mixing": mixing.detach().mean(),
             "designer_kl": kl.detach(),
         }
-        return slots, q.detach(), d_at, logs
+        return slots, q, d_at, designer_loss, logs
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         h = self.hparams
         step = self.global_step
         inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
         logs: dict[str, torch.Tensor] = {}
+        designer_loss = None
         if h.arm in VALUED_ARMS and (step % h.refresh_every == 0 or not self.downstream_gradient):
             self.refresh_downstream_gradient(step)
         if h.arm in ("vpretrain", "random_gradient"):
-            slots, q, _, logs = self.designed_targets(inputs, observed)
+            slots, q, _, designer_loss, logs = self.designed_targets(inputs, observed)
             log_probs = self.learner_log_probs(inputs)
-            loss = core.soft_cross_entropy(log_probs.gather(-1, slots), q)
+            loss = core.soft_cross_entropy(log_probs.gather(-1, slots), q.detach())
         elif h.arm == "alignment_reweight":
-            slots, _, d_at, _ = self.designed_targets(inputs, observed)
+            slots, _, d_at, _, _ = self.designed_targets(inputs, observed)
             mask = torch.ones_like(observed, dtype=torch.float32)
             weights = core.alignment_token_weights(d_at[..., core.OBSERVED], mask)
             log_probs = self.learner_log_probs(inputs)
@@ -250,9 +259,17 @@ class VPretrainModule(LightningModule):
             targets = batch["clean_ids"][:, 1:] if h.arm == "oracle" else observed
             log_probs = self.learner_log_probs(inputs)
             loss = -log_probs.gather(-1, targets.unsqueeze(-1)).mean()
+        # One backward for both parts (what DDP expects): the learner's loss sees q detached and
+        # the designer's loss sees the learner's features detached, so the gradients are
+        # exactly those of the two separate steps.
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
+        if designer_loss is None:
+            self.manual_backward(loss)
+        else:
+            self.designer_optimizer.zero_grad(set_to_none=True)
+            self.manual_backward(loss + designer_loss)
+            self.designer_optimizer.step()
         optimizer.step()
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/observed_nll", -log_probs.detach().gather(-1, observed.unsqueeze(-1)).mean())
