@@ -223,6 +223,12 @@ class VPretrainDataModule(LightningDataModule):
         feedback = formats.split_feedback(train, h.n_feedback, h.seed)
         chosen = {p.question for p in feedback}
         val = [p for p in train if p.question not in chosen][: h.n_val]
+        formats.refuse_overlap(feedback, test)
+        if not val:
+            raise ConfigError(
+                f"--data.n_feedback {h.n_feedback} takes every GSM8K train problem; leave some "
+                "for validation (lower n_feedback)."
+            )
         if h.mix_feedback:
             raise ConfigError("--data.mix_feedback is a miniature reference arm only")
         self.feedback = encode_problems(tok, feedback, chat=h.chat)

@@ -4,7 +4,7 @@
   ``gensim`` wheel (no download). Articles split into base pretraining, continued pretraining
   (CPT) and held-out perplexity sets; news goes to base pretraining.
 - GSM-mini: one-step word problems ("Ann has 7 pens. She buys 5 more. How many pens does she
-  have now?" -> "#### 12") over a small fact space (a in 2..9, b in 1..9, + or -: 116 facts). Feedback,
+  have now?" -> "#### 12") over a small fact space (a in 2..9, b in 1..4, + or -: 58 facts). Feedback,
   validation and test problems use disjoint name sets, so no evaluated question is ever seen.
 - Worked problems in the unlabeled streams ("web math"): documents of GSM-mini problems with
   their answers, names disjoint from validation and test. Base pretraining sees few and all
@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import bz2
+import hashlib
 import json
 import random
 import re
@@ -77,7 +78,7 @@ class Situation:
 def draw_situation(rng: random.Random, names: list[str]) -> Situation:
     add = rng.random() < 0.5
     a = rng.randint(2, 9)
-    b = rng.randint(1, 9) if add else rng.randint(1, min(9, a))
+    b = rng.randint(1, 4) if add else rng.randint(1, min(4, a))
     verb = rng.choice(GAINS if add else LOSSES)
     return Situation(rng.choice(names), rng.choice(OBJECTS), a, b, add, verb)
 
@@ -189,7 +190,10 @@ def train_tokenizer(vocab_size: int = 2048):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    path = cache_dir() / "v-pretraining" / f"bpe-{config_hash({'vocab': vocab_size, 'v': 2})}.json"
+    corpus = tokenizer_corpus()
+    # Keyed by the training text itself: a changed miniature never reuses a stale tokenizer.
+    digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()
+    path = cache_dir() / "v-pretraining" / f"bpe-{config_hash({'vocab': vocab_size, 'text': digest})}.json"
     if not path.is_file():
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -205,7 +209,7 @@ def train_tokenizer(vocab_size: int = 2048):
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
-        tokenizer.train_from_iterator(tokenizer_corpus(), trainer)
+        tokenizer.train_from_iterator(corpus, trainer)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{random.getrandbits(32)}.tmp")
         tmp.write_text(tokenizer.to_str())

@@ -339,5 +339,5 @@ class VPretrainModule(LightningModule):
     def pass_at_1(self, batch) -> torch.Tensor:
         problems = self.trainer.datamodule.test_problems.problems
         chosen = [problems[int(i)] for i in batch["index"]]
-        return torch.as_tensor(formats.pass_at_1(self.greedy_answers(batch), chosen))
+        return torch.as_tensor(formats.pass_at_1(self.greedy_answers(batch), chosen), dtype=torch.float32)
 
