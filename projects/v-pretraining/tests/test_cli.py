@@ -11,9 +11,10 @@ from vpretrain.cli import train
 
 PROJECT = Path(__file__).resolve().parents[1]
 LANGUAGE_CONFIGS = [
-    c for c in sorted((PROJECT / "configs").glob("*.yaml"))
+    c
+    for c in sorted((PROJECT / "configs").glob("*.yaml"))
     if c.name != "claim.yaml" and not c.name.startswith("vision")
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("config", LANGUAGE_CONFIGS, ids=lambda p: p.name)
@@ -52,12 +53,32 @@ def test_a_short_run_lowers_the_held_out_losses(tiny_args):
 
 def test_resuming_continues_exactly(tiny_args, tmp_path):
     # refresh every 3 steps: the resumed half (steps 3-5) starts on the cached g_down
-    args = [*tiny_args, "--model.refresh_every=3", "--trainer.val_check_interval=3",
-            "--trainer.limit_train_batches=3"]
+    args = [
+        *tiny_args,
+        "--model.refresh_every=3",
+        "--trainer.val_check_interval=3",
+        "--trainer.limit_train_batches=3",
+    ]
     check_resume(train, args, steps=6, root_dir=tmp_path / "resume")
 
 
 def test_train_test_scores_a_checkpoint(tiny_args, tmp_path):
+    fitted = train([*tiny_args, "--trainer.enable_checkpointing=true"])
+    checkpoint = fitted.trainer.checkpoint_callback.best_model_path
+    args = [a for a in tiny_args if "checkpointing" not in a]
+    tested = train(["test", *args, f"--ckpt_path={checkpoint}"]).trainer.callback_metrics
+    for name in ("test/answer_nll", "test/pass_at_1", "test/perplexity"):
+        assert name in tested and tested[name].isfinite(), name
+    assert 0 <= tested["test/pass_at_1"].item() <= 1
+    # the checkpoint's learner, not a fresh one: its answer NLL equals the fitted model's
+    from vpretrain import evaluation
+
+    fitted_nll = evaluation.answer_nll(fitted.model.eval(), fitted.datamodule.test_problems)
+    assert tested["test/answer_nll"].item() == pytest.approx(float(fitted_nll.mean()), rel=1e-5)
+
+
+@pytest.mark.slow  # a subprocess: about 35 s of start-up on 2 cores
+def test_train_test_through_the_dispatcher(tiny_args, tmp_path):
     fitted = train([*tiny_args, "--trainer.enable_checkpointing=true"])
     checkpoint = fitted.trainer.checkpoint_callback.best_model_path
     args = [a for a in tiny_args if "checkpointing" not in a]
@@ -91,5 +112,9 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, flag, message, capsys):
 
 def test_a_missing_corpus_is_a_clear_error(tiny_args, tmp_path, capsys):
     (tmp_path / "gsm8k").mkdir()
-    args = [*tiny_args, f"--data.corpus={tmp_path / 'corpus'}", f"--data.gsm8k={tmp_path / 'gsm8k'}"]
+    args = [
+        *tiny_args,
+        f"--data.corpus={tmp_path / 'corpus'}",
+        f"--data.gsm8k={tmp_path / 'gsm8k'}",
+    ]
     assert "corpus" in user_error_message(train, args, capsys).lower()

@@ -56,7 +56,10 @@ def test_the_noisy_stream_corrupts_answer_digits_only_and_knows_the_right_ones(t
     digits = set(tokenizer.convert_tokens_to_ids(list("0123456789")))
     assert set(stream.ids[stream.result].tolist()) <= digits
     # about 30% of the answers are wrong (an answer is wrong when one of its digits is)
-    answers = np.split(stream.corrupted[stream.result], np.flatnonzero(np.diff(np.flatnonzero(stream.result)) > 1) + 1)
+    answers = np.split(
+        stream.corrupted[stream.result],
+        np.flatnonzero(np.diff(np.flatnonzero(stream.result)) > 1) + 1,
+    )
     rate = np.mean([a.any() for a in answers])
     assert 0.22 < rate < 0.38
 
@@ -111,12 +114,20 @@ def write_real_fixtures(root, overlap=False):
     (corpus / "part.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
     gsm = root / "gsm8k"
     gsm.mkdir()
-    train = [{"question": f"Tom has {i} apples and eats 1. How many are left?",
-              "answer": f"He has {i}-1=<<{i}-1={i - 1}>>{i - 1} left.\n#### {i - 1}"}
-             for i in range(2, 40)]  # fmt: skip
-    test = [{"question": f"Sue has {i} pears and buys 2. How many now?",
-             "answer": f"{i}+2=<<{i}+2={i + 2}>>{i + 2}\n#### {i + 2:,}"}
-            for i in range(1000, 1010)]  # fmt: skip
+    train = [
+        {
+            "question": f"Tom has {i} apples and eats 1. How many are left?",
+            "answer": f"He has {i}-1=<<{i}-1={i - 1}>>{i - 1} left.\n#### {i - 1}",
+        }
+        for i in range(2, 40)
+    ]
+    test = [
+        {
+            "question": f"Sue has {i} pears and buys 2. How many now?",
+            "answer": f"{i}+2=<<{i}+2={i + 2}>>{i + 2}\n#### {i + 2:,}",
+        }
+        for i in range(1000, 1010)
+    ]
     if overlap:
         test.append(train[0])
     (gsm / "train.jsonl").write_text("\n".join(json.dumps(x) for x in train))
@@ -127,14 +138,22 @@ def write_real_fixtures(root, overlap=False):
 def test_the_real_path_packs_the_corpus_and_splits_gsm8k(tmp_path):
     corpus, gsm = write_real_fixtures(tmp_path)
     data = VPretrainDataModule(
-        corpus=str(corpus), gsm8k=str(gsm), block_size=32, batch_size=2, n_feedback=16,
-        n_val=8, n_test=10, perplexity_blocks=2,
-    )  # fmt: skip
+        corpus=str(corpus),
+        gsm8k=str(gsm),
+        block_size=32,
+        batch_size=2,
+        n_feedback=16,
+        n_val=8,
+        n_test=10,
+        perplexity_blocks=2,
+    )
     data.setup()
     assert len(data.tokenizer) > 150_000  # the real Qwen2.5 BPE, built offline
     assert data.train_set.blocks["ids"].shape[1] == 33
     assert not data.train_set.blocks["corrupted"].any()
-    assert len(data.feedback) == 16 and len(data.val_problems) == 8 and len(data.test_problems) == 10
+    assert (
+        len(data.feedback) == 16 and len(data.val_problems) == 8 and len(data.test_problems) == 10
+    )
     feedback = {p.question for p in data.feedback.problems}
     assert feedback.isdisjoint(p.question for p in data.val_problems.problems)
     assert data.test_problems.problems[0].answer == "1002"  # "#### 1,002" normalised
@@ -144,8 +163,13 @@ def test_the_real_path_packs_the_corpus_and_splits_gsm8k(tmp_path):
 def test_feedback_that_overlaps_the_evaluation_is_refused(tmp_path):
     corpus, gsm = write_real_fixtures(tmp_path, overlap=True)
     data = VPretrainDataModule(
-        corpus=str(corpus), gsm8k=str(gsm), block_size=32, n_feedback=38, n_val=1, n_test=11,
-    )  # fmt: skip
+        corpus=str(corpus),
+        gsm8k=str(gsm),
+        block_size=32,
+        n_feedback=38,
+        n_val=1,
+        n_test=11,
+    )
     with pytest.raises(ConfigError, match="overlap|feedback"):
         data.setup()
 

@@ -101,9 +101,17 @@ def test_a_missing_gsm8k_file_says_where_the_published_files_go(tmp_path):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1,234", "1234"), ("-5", "-5"), ("3.50", "3.5"), ("$18", "18"), ("7.", "7"),
-     (" 100 ", "100"), ("0.0", "0"), ("-$1,000.25", "-1000.25")],
-)  # fmt: skip
+    [
+        ("1,234", "1234"),
+        ("-5", "-5"),
+        ("3.50", "3.5"),
+        ("$18", "18"),
+        ("7.", "7"),
+        (" 100 ", "100"),
+        ("0.0", "0"),
+        ("-$1,000.25", "-1000.25"),
+    ],
+)
 def test_normalize_number(text, expected):
     assert normalize_number(text) == expected
 

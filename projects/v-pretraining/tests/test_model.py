@@ -15,9 +15,14 @@ SMALL = dict(hidden_size=32, layers=1, heads=2, top_k=4, feedback_batch=16, refr
 @pytest.fixture(scope="module")
 def data():
     dm = VPretrainDataModule(
-        block_size=16, batch_size=4, n_feedback=32, n_val=16, n_test=16, perplexity_blocks=4,
+        block_size=16,
+        batch_size=4,
+        n_feedback=32,
+        n_val=16,
+        n_test=16,
+        perplexity_blocks=4,
         arithmetic_share=0.4,
-    )  # fmt: skip
+    )
     dm.setup()
     return dm
 
@@ -75,8 +80,12 @@ def test_no_downstream_gradient_reaches_the_learner(data, monkeypatch):
     learner_before = {n: p.detach().clone() for n, p in module.learner.named_parameters()}
     grads = {}
     step = optimizer.step
-    optimizer.step = lambda: (grads.update({n: p.grad.clone() for n, p in
-                                            module.learner.named_parameters()}), step())  # fmt: skip
+
+    def record_then_step():
+        grads.update({n: p.grad.clone() for n, p in module.learner.named_parameters()})
+        step()
+
+    optimizer.step = record_then_step
     batch = batch_of(data, 1)
     module.training_step(batch, 0)
     q = recorded["weights"]
@@ -96,8 +105,9 @@ def test_no_downstream_gradient_reaches_the_learner(data, monkeypatch):
         assert torch.allclose(grads[n], p.grad, atol=1e-7), n
 
 
-@pytest.mark.parametrize("arm", ["plain", "fixed_soft", "alignment_reweight", "oracle",
-                                 "random_gradient", "vpretrain"])  # fmt: skip
+@pytest.mark.parametrize(
+    "arm", ["plain", "fixed_soft", "alignment_reweight", "oracle", "random_gradient", "vpretrain"]
+)
 def test_every_arm_takes_a_finite_step_that_moves_the_learner(data, arm):
     module, _ = module_for(data, arm=arm)
     before = torch.cat([p.detach().flatten().clone() for p in module.learner.parameters()])

@@ -1,1 +1,1 @@
-"""V-pretraining: a self-supervised learner and a task designer trained by first-order downstream value."""
+"""V-pretraining: a self-supervised learner and a task designer trained by downstream value."""

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import tempfile
 import time
@@ -79,11 +80,17 @@ def _key(job: tuple) -> str:
 
 class Curve(Callback):
     """Validation answer NLL at a few points of a run against the wall time of training alone
-    (the evaluation's own time is excluded), for the downstream-loss-vs-time plot."""
+    (the evaluation's own time is excluded), for the downstream-loss-vs-time plot; keeps a copy
+    of the designer as it started."""
 
-    def __init__(self, every: int, problems) -> None:
-        self.every, self.problems, self.points = every, problems, []
+    def __init__(self, every: int) -> None:
+        self.every, self.points, self.initial_designer = every, [], None
         self.training_s, self._since = 0.0, None
+
+    def on_train_start(self, trainer, module) -> None:
+        self.problems = trainer.datamodule.val_problems
+        if module.designer is not None:
+            self.initial_designer = copy.deepcopy(module.designer)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
         self._since = time.perf_counter()
@@ -139,8 +146,9 @@ def run_job(job: tuple, settings: dict, workdir: Path) -> dict:
     """One job, in a worker process: ``("base",)``, ``("time", subject)``,
     ``("language", subject, params, seed, steps)``, ``("agreement", seed)``,
     ``("vision_base", seed)`` or ``("vision", arm, seed, steps)``."""
-    torch.set_num_threads(1)
     kind = job[0]
+    # The base runs alone (both threads); every other job shares the cores with another worker.
+    torch.set_num_threads(settings["workers"] if kind == "base" else 1)
     base_path = workdir / "base.pt"
     if kind == "base":
         cli = fit(0, _flags({**settings["common"], **settings["base"]}))
@@ -149,16 +157,21 @@ def run_job(job: tuple, settings: dict, workdir: Path) -> dict:
     if kind == "time":
         timer = StepTimer()
         steps = settings["timing_steps"]
-        fit(0, language_overrides(settings, job[1], {}, 0) + [
-            f"--model.init_from={base_path}", f"--trainer.max_steps={steps}",
-        ], [timer])  # fmt: skip
+        fit(
+            0,
+            language_overrides(settings, job[1], {}, 0)
+            + [
+                f"--model.init_from={base_path}",
+                f"--trainer.max_steps={steps}",
+            ],
+            [timer],
+        )
         return {"step_time_s": float(np.median(timer.times))}
     if kind == "language":
         _, subject, params, seed, steps = job
         overrides = language_overrides(settings, subject, params, seed)
         overrides += [f"--model.init_from={base_path}", f"--trainer.max_steps={steps}"]
-        initial = fit(seed, overrides + ["--trainer.max_steps=0"])
-        curve = Curve(max(1, steps // settings["curve_points"]), initial.datamodule.val_problems)
+        curve = Curve(max(1, steps // settings["curve_points"]))
         start = time.perf_counter()
         cli = fit(seed, overrides, [curve])
         wall = time.perf_counter() - start
@@ -172,7 +185,7 @@ def run_job(job: tuple, settings: dict, workdir: Path) -> dict:
             curve=curve.points,
         )
         if subject in ("vpretrain", "random_gradient"):
-            out.update(designer_evidence(initial.model, module, data, settings))
+            out.update(designer_evidence(curve.initial_designer, module, data, settings))
         return out
     if kind == "agreement":
         return value_agreement(job[1], settings, base_path)
@@ -199,21 +212,23 @@ def score(module: VPretrainModule, data: VPretrainDataModule) -> dict:
 
 
 @torch.no_grad()
-def mass_moved(module: VPretrainModule, blocks: dict[str, torch.Tensor]):
+def mass_moved(module: VPretrainModule, blocks: dict[str, torch.Tensor], designer=None):
     """Per target token of ``blocks``: the designer's mass moved off the observed token,
-    1 - q_t(y_t), with the mixing weight lambda_t; flattened [N] arrays."""
+    1 - q_t(y_t), with the mixing weight lambda_t; flattened [N] arrays. ``designer`` replaces
+    the module's own (e.g. its state before training)."""
+    designer = designer or module.designer
     inputs, observed = blocks["ids"][:, :-1], blocks["ids"][:, 1:]
     out = module.learner(input_ids=inputs, output_hidden_states=True)
     log_probs = core.log_softmax_at_least_fp32(out.logits)
     slots = core.candidates(log_probs, observed, module.hparams.top_k)
     at = log_probs.gather(-1, slots)
-    mixing, scores = module.designer(out.hidden_states[-1].float(), at)
+    mixing, scores = designer(out.hidden_states[-1].float(), at)
     q = core.soft_targets(mixing, scores, module.hparams.temperature)
     on_observed = (q * (slots == observed.unsqueeze(-1))).sum(-1)
     return (1 - on_observed).flatten().numpy(), mixing.flatten().numpy()
 
 
-def designer_evidence(initial, trained, data, settings) -> dict:
+def designer_evidence(initial_designer, trained, data, settings) -> dict:
     """What the designer learned: mean lambda at the start and the end, the AUROC of mass moved
     on corrupted vs clean result digits, and how far its parameters moved."""
     from sklearn.metrics import roc_auc_score
@@ -221,7 +236,7 @@ def designer_evidence(initial, trained, data, settings) -> dict:
     n = settings["diagnostic_blocks"]
     blocks = {k: v[:n] for k, v in data.train_set.blocks.items()}
     moved, mixing = mass_moved(trained, blocks)
-    _, mixing_start = mass_moved(initial.model if hasattr(initial, "model") else initial, blocks)
+    _, mixing_start = mass_moved(trained, blocks, initial_designer)
     result = blocks["result"][:, 1:].flatten().numpy()
     corrupted = blocks["corrupted"][:, 1:].flatten().numpy()
     auroc = (
@@ -229,7 +244,7 @@ def designer_evidence(initial, trained, data, settings) -> dict:
         if 0 < corrupted[result].sum() < result.sum()
         else float("nan")
     )
-    before = torch.cat([p.flatten() for p in initial.designer.parameters()])
+    before = torch.cat([p.flatten() for p in initial_designer.parameters()])
     after = torch.cat([p.flatten() for p in trained.designer.parameters()])
     return {
         "mixing_start": float(mixing_start.mean()),
@@ -247,9 +262,14 @@ def value_agreement(seed: int, settings: dict, base_path: Path) -> dict:
     from the base, over ``agreement_batches`` CPT batches with random designer-like targets
     (random mixing and scores, so the values spread); g_down on one fixed feedback minibatch,
     P = identity. Returns the Pearson correlation and the pairs."""
-    cli = fit(seed, language_overrides(settings, "vpretrain", {}, seed) + [
-        f"--model.init_from={base_path}", "--trainer.max_steps=0",
-    ])  # fmt: skip
+    cli = fit(
+        seed,
+        language_overrides(settings, "vpretrain", {}, seed)
+        + [
+            f"--model.init_from={base_path}",
+            "--trainer.max_steps=0",
+        ],
+    )
     module, data = cli.model, cli.datamodule
     module.feedback = data.feedback
     learner = module.learner
@@ -343,33 +363,62 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         tuning = tune(
             spec, lambda s, p, seed: runner("language", s, p, seed, steps[s])["val_answer_nll"]
         )
-        jobs = [("language", s, tuning.best[s], seed, steps[s]) for s in language
-                for seed in spec.seeds]  # fmt: skip
+        jobs = [
+            ("language", s, tuning.best[s], seed, steps[s]) for s in language for seed in spec.seeds
+        ]
         jobs += [("agreement", seed) for seed in spec.seeds]
         jobs += [("vision_base", seed) for seed in spec.seeds]
         runner.prefetch(jobs)
         vision_steps = {arm: settings["vision"]["steps"] for arm in VISION.values()}
-        runner.prefetch([("vision", arm, seed, vision_steps[arm]) for arm in VISION.values()
-                         for seed in spec.seeds])  # fmt: skip
+        runner.prefetch(
+            [
+                ("vision", arm, seed, vision_steps[arm])
+                for arm in VISION.values()
+                for seed in spec.seeds
+            ]
+        )
 
         def run_one(subject: str, seed: int) -> dict:
             out = {m: float("nan") for m in (*LANGUAGE_METRICS, *VISION_METRICS)}
             if subject in LANGUAGE:
                 r = runner("language", subject, tuning.best[subject], seed, steps[subject])
-                out.update({k: r[k] for k in ("test_answer_nll", "test_prose_nll",
-                                              "test_pass_at_1", "val_answer_nll", "steps",
-                                              "tokens", "wall_s")})  # fmt: skip
+                out.update(
+                    {
+                        k: r[k]
+                        for k in (
+                            "test_answer_nll",
+                            "test_prose_nll",
+                            "test_pass_at_1",
+                            "val_answer_nll",
+                            "steps",
+                            "tokens",
+                            "wall_s",
+                        )
+                    }
+                )
                 out["perplexity"] = float(np.exp(np.mean(r["test_prose_nll"])))
                 if subject == "vpretrain":
                     out["value_correlation"] = runner("agreement", seed)["value_correlation"]
             # A subject without a vision run gets NaN per scene (never a passed check).
-            v = runner("vision", VISION.get(subject, "fixed_augment"), seed,
-                       vision_steps[VISION.get(subject, "fixed_augment")])  # fmt: skip
+            v = runner(
+                "vision",
+                VISION.get(subject, "fixed_augment"),
+                seed,
+                vision_steps[VISION.get(subject, "fixed_augment")],
+            )
             if subject not in VISION:
-                v = {k: np.full_like(v[k], np.nan) if k in ("seg_miou", "depth_rmse",
-                     "probe_correct") else float("nan") for k in v}  # fmt: skip
-            out.update(vision_seg=v["seg_miou"], vision_depth_rmse=v["depth_rmse"],
-                       vision_probe_correct=v["probe_correct"], vision_steps=v["steps"])  # fmt: skip
+                v = {
+                    k: np.full_like(v[k], np.nan)
+                    if k in ("seg_miou", "depth_rmse", "probe_correct")
+                    else float("nan")
+                    for k in v
+                }
+            out.update(
+                vision_seg=v["seg_miou"],
+                vision_depth_rmse=v["depth_rmse"],
+                vision_probe_correct=v["probe_correct"],
+                vision_steps=v["steps"],
+            )
             return out
 
         results = run_seeds(spec, run_one)
@@ -379,13 +428,16 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             "step_time_s": step_time,
             "steps": steps,
             "designer": {
-                s: [runner("language", s, tuning.best[s], seed, steps[s])
-                    for seed in spec.seeds]  # fmt: skip
+                s: [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
                 for s in ("vpretrain", "random_gradient")
             },
         }
         evidence["designer"] = {
-            s: {k: [r[k] for r in runs] for k in runs[0] if k.startswith(("mixing", "mass", "designer"))}
+            s: {
+                k: [r[k] for r in runs]
+                for k in runs[0]
+                if k.startswith(("mixing", "mass", "designer"))
+            }
             for s, runs in evidence["designer"].items()
         }
         figures = plots(args.out, runner, spec, tuning, steps, language)

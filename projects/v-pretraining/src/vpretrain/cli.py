@@ -15,9 +15,12 @@ class VPretrainCLI(PapersCLI):
 def train(args: list[str] | None = None) -> PapersCLI:
     """LightningCLI over the project's module and data; returns the CLI (trainer, model)."""
     return cli_main(
-        VPretrainModule, VPretrainDataModule, project_file=__file__, args=args,
+        VPretrainModule,
+        VPretrainDataModule,
+        project_file=__file__,
+        args=args,
         cli_class=VPretrainCLI,
-    )  # fmt: skip
+    )
 
 
 def main() -> None:

@@ -193,8 +193,12 @@ class TargetDesigner(nn.Module):
         super().__init__()
         self.k = k
         self.lambda_max = lambda_max
-        self.mixing = nn.Sequential(nn.Linear(hidden_size + 3, width), nn.GELU(), nn.Linear(width, 1))
-        self.rank_bias = nn.Sequential(nn.Linear(hidden_size, width), nn.GELU(), nn.Linear(width, k))
+        self.mixing = nn.Sequential(
+            nn.Linear(hidden_size + 3, width), nn.GELU(), nn.Linear(width, 1)
+        )
+        self.rank_bias = nn.Sequential(
+            nn.Linear(hidden_size, width), nn.GELU(), nn.Linear(width, k)
+        )
         self.score_scale = nn.Parameter(torch.ones(()))
         # Start near the one-hot target (lambda_t ~ lambda_max * 0.05): the designer must earn
         # every bit of mass it moves.

@@ -13,6 +13,7 @@ Every training batch is a dict of [B, block_size + 1] tensors: ``ids`` (what the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -105,6 +106,33 @@ class ProblemDataset(Dataset):
         }
 
 
+@lru_cache(maxsize=4)
+def miniature_stream(
+    kind: Stream, arithmetic_share: float, corruption_rate: float, seed: int, mixed_feedback: int
+) -> miniature.Stream:
+    """The miniature's stream (memoised: a claim worker fits many arms on the same stream)."""
+    tokenizer = miniature.train_tokenizer()
+    extra = (
+        [
+            f"{p.question}\n{p.solution}"
+            for p in miniature.problems("feedback", mixed_feedback, seed)
+        ]
+        if mixed_feedback
+        else []
+    )
+    if kind == "base":
+        return miniature.build_stream(
+            tokenizer, miniature.prose_split("base"), arithmetic_share, 0.0, seed, extra
+        )
+    stream = miniature.build_stream(
+        tokenizer, miniature.prose_split("cpt"), arithmetic_share, corruption_rate, seed, extra
+    )
+    if kind == "clean":  # the same text with every stated answer right
+        none = np.zeros_like(stream.corrupted)
+        stream = miniature.Stream(stream.clean_ids, stream.clean_ids, none, stream.result)
+    return stream
+
+
 class VPretrainDataModule(LightningDataModule):
     """The CPT stream, the feedback set and the evaluation sets.
 
@@ -175,21 +203,13 @@ class VPretrainDataModule(LightningDataModule):
     def _setup_miniature(self) -> None:
         h = self.hparams
         feedback = miniature.problems("feedback", h.n_feedback, h.seed)
-        extra = [f"{p.question}\n{p.solution}" for p in feedback] if h.mix_feedback else []
-        if h.stream == "base":
-            self.stream = miniature.build_stream(
-                self.tokenizer, miniature.prose_split("base"), h.arithmetic_share, 0.0, h.seed,
-                extra_documents=extra,
-            )  # fmt: skip
-        else:
-            stream = miniature.build_stream(
-                self.tokenizer, miniature.prose_split("cpt"), h.arithmetic_share,
-                h.corruption_rate, h.seed, extra_documents=extra,
-            )  # fmt: skip
-            if h.stream == "clean":  # the same text with every stated answer right
-                none = np.zeros_like(stream.corrupted)
-                stream = miniature.Stream(stream.clean_ids, stream.clean_ids, none, stream.result)
-            self.stream = stream
+        self.stream = miniature_stream(
+            h.stream,
+            h.arithmetic_share,
+            h.corruption_rate,
+            h.seed,
+            h.n_feedback if h.mix_feedback else 0,
+        )
         self.feedback = encode_problems(self.tokenizer, feedback)
         # Validation and test problems do not depend on the seed: every seed is judged on the
         # same items, so comparisons pair over problems.
@@ -243,7 +263,9 @@ class VPretrainDataModule(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         n = len(self.train_set)
-        order = EpochShuffle(n, self.hparams.seed, drawn_by_trainer(self, n, self.hparams.batch_size, drop_last=True))
+        order = EpochShuffle(
+            n, self.hparams.seed, drawn_by_trainer(self, n, self.hparams.batch_size, drop_last=True)
+        )
         return DataLoader(
             self.train_set,
             batch_size=self.hparams.batch_size,

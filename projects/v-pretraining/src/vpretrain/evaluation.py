@@ -17,9 +17,11 @@ def answer_nll(module, problems: ProblemSet, batch_size: int = 100) -> np.ndarra
         batch = problems.subset(torch.arange(start, min(start + batch_size, len(problems))))
         out.append(
             core.answer_nll(
-                module.learner_log_probs, batch["input_ids"], batch["attention_mask"],
+                module.learner_log_probs,
+                batch["input_ids"],
+                batch["attention_mask"],
                 batch["answer_mask"],
-            )  # fmt: skip
+            )
         )
     return torch.cat(out).numpy()
 

@@ -4,8 +4,9 @@
   ``gensim`` wheel (no download). Articles split into base pretraining, continued pretraining
   (CPT) and held-out perplexity sets; news goes to base pretraining.
 - GSM-mini: one-step word problems ("Ann has 7 pens. She buys 5 more. How many pens does she
-  have now?" -> "#### 12") over a small fact space (a in 2..9, b in 1..4, + or -: 58 facts). Feedback,
-  validation and test problems use disjoint name sets, so no evaluated question is ever seen.
+  have now?" -> "#### 12") over a small fact space (a in 2..9, b in 1..4, + or -: 58 facts).
+  Feedback, validation and test problems use disjoint name sets, so no evaluated question is
+  ever seen.
 - Worked problems in the unlabeled streams ("web math"): documents of GSM-mini problems with
   their answers, names disjoint from validation and test. Base pretraining sees few and all
   correct. In the CPT stream a share ``corruption_rate`` state a wrong answer with the same digit
@@ -44,8 +45,22 @@ NAMES = {
     "test": ["Uma", "Vic", "Wes", "Xena", "Yara", "Zoe"],
     "narrative": ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gail", "Hugo"],
 }
-FEMALE = {"Ann", "Cara", "Eva", "Gail", "Ivy", "Kim", "Mia", "Ola", "Rosa", "Tess", "Uma",
-          "Xena", "Yara", "Zoe"}  # fmt: skip
+FEMALE = {
+    "Ann",
+    "Cara",
+    "Eva",
+    "Gail",
+    "Ivy",
+    "Kim",
+    "Mia",
+    "Ola",
+    "Rosa",
+    "Tess",
+    "Uma",
+    "Xena",
+    "Yara",
+    "Zoe",
+}
 OBJECTS = ["pens", "apples", "books", "coins", "cards", "shells", "cups", "stamps"]
 GAINS = ["buys {b} more", "finds {b} more", "gets {b} more"]
 LOSSES = ["gives away {b}", "loses {b}", "sells {b}"]
@@ -185,6 +200,7 @@ def tokenizer_corpus() -> list[str]:
     return text
 
 
+@lru_cache(maxsize=2)
 def train_tokenizer(vocab_size: int = 2048):
     """The miniature's byte-level BPE (digits split one per token), cached on disk."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -193,7 +209,11 @@ def train_tokenizer(vocab_size: int = 2048):
     corpus = tokenizer_corpus()
     # Keyed by the training text itself: a changed miniature never reuses a stale tokenizer.
     digest = hashlib.sha256("\x00".join(corpus).encode()).hexdigest()
-    path = cache_dir() / "v-pretraining" / f"bpe-{config_hash({'vocab': vocab_size, 'text': digest})}.json"
+    path = (
+        cache_dir()
+        / "v-pretraining"
+        / f"bpe-{config_hash({'vocab': vocab_size, 'text': digest})}.json"
+    )
     if not path.is_file():
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(

@@ -97,7 +97,7 @@ class VPretrainModule(LightningModule):
         refresh_every: PositiveInt = 10,
         feedback_batch: PositiveInt = 128,
         gradient_ema: NonNegativeFloat = 0.5,
-        preconditioner: Literal["adam", "identity"] = "adam",
+        preconditioner: Literal["adam", "identity"] = "identity",
         max_new_tokens: PositiveInt = 6,
         attn_implementation: str = "eager",
     ):
@@ -163,9 +163,11 @@ class VPretrainModule(LightningModule):
     def downstream_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """L_down: mean answer NLL of feedback problems (core.answer_nll)."""
         nll = core.answer_nll(
-            self.learner_log_probs, batch["input_ids"], batch["attention_mask"],
+            self.learner_log_probs,
+            batch["input_ids"],
+            batch["attention_mask"],
             batch["answer_mask"],
-        )  # fmt: skip
+        )
         return nll.mean()
 
     def refresh_downstream_gradient(self, step: int) -> None:
@@ -272,7 +274,9 @@ class VPretrainModule(LightningModule):
             self.designer_optimizer.step()
         optimizer.step()
         self.log("train/loss", loss.detach(), prog_bar=True)
-        self.log("train/observed_nll", -log_probs.detach().gather(-1, observed.unsqueeze(-1)).mean())
+        self.log(
+            "train/observed_nll", -log_probs.detach().gather(-1, observed.unsqueeze(-1)).mean()
+        )
         for name, value in logs.items():
             self.log(f"train/{name}", value)
         return loss.detach()
@@ -281,15 +285,22 @@ class VPretrainModule(LightningModule):
     def _eval_step(self, batch, dataloader_idx: int, split: str) -> None:
         if dataloader_idx == 0:
             nll = core.answer_nll(
-                self.learner_log_probs, batch["input_ids"], batch["attention_mask"],
+                self.learner_log_probs,
+                batch["input_ids"],
+                batch["attention_mask"],
                 batch["answer_mask"],
-            )  # fmt: skip
-            self.log(f"{split}/answer_nll", nll.mean(), add_dataloader_idx=False,
-                     batch_size=len(nll))  # fmt: skip
+            )
+            self.log(
+                f"{split}/answer_nll", nll.mean(), add_dataloader_idx=False, batch_size=len(nll)
+            )
             if split == "test":
                 correct = self.pass_at_1(batch)
-                self.log("test/pass_at_1", correct.mean(), add_dataloader_idx=False,
-                         batch_size=len(correct))  # fmt: skip
+                self.log(
+                    "test/pass_at_1",
+                    correct.mean(),
+                    add_dataloader_idx=False,
+                    batch_size=len(correct),
+                )
         else:
             nll = self.token_nll(batch["ids"])
             self.log(f"{split}/prose_nll", nll, add_dataloader_idx=False)
@@ -333,11 +344,13 @@ class VPretrainModule(LightningModule):
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id,
         )
-        return tokenizer.batch_decode(out[:, batch["prompt_ids"].shape[1] :],
-                                      skip_special_tokens=True)  # fmt: skip
+        return tokenizer.batch_decode(
+            out[:, batch["prompt_ids"].shape[1] :], skip_special_tokens=True
+        )
 
     def pass_at_1(self, batch) -> torch.Tensor:
         problems = self.trainer.datamodule.test_problems.problems
         chosen = [problems[int(i)] for i in batch["index"]]
-        return torch.as_tensor(formats.pass_at_1(self.greedy_answers(batch), chosen), dtype=torch.float32)
-
+        return torch.as_tensor(
+            formats.pass_at_1(self.greedy_answers(batch), chosen), dtype=torch.float32
+        )
