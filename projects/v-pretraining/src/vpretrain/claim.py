@@ -369,7 +369,22 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         jobs += [("agreement", seed) for seed in spec.seeds]
         jobs += [("vision_base", seed) for seed in spec.seeds]
         runner.prefetch(jobs)
-        vision_steps = {arm: settings["vision"]["steps"] for arm in VISION.values()}
+        # The vision arms at equal wall time too: each arm's step time from a short run on the
+        # first seed's base, then steps = vision budget_s / step time.
+        vision = settings["vision"]
+        runner.prefetch(
+            [("vision", arm, spec.seeds[0], vision["timing_steps"]) for arm in VISION.values()]
+        )
+        vision_steps = {
+            arm: max(
+                1,
+                int(
+                    vision["budget_s"]
+                    / runner("vision", arm, spec.seeds[0], vision["timing_steps"])["step_time_s"]
+                ),
+            )
+            for arm in VISION.values()
+        }
         runner.prefetch(
             [
                 ("vision", arm, seed, vision_steps[arm])
@@ -427,6 +442,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             "base": {k: float(np.mean(v)) for k, v in base.items()},
             "step_time_s": step_time,
             "steps": steps,
+            "vision_steps": vision_steps,
             "designer": {
                 s: [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
                 for s in ("vpretrain", "random_gradient")

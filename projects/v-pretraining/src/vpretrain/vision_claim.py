@@ -134,7 +134,7 @@ def run_vision_arm(
         "probe_correct": items["probe_correct"],  # 0/1 per probe test item
         "steps": float(cli.trainer.global_step - base["global_step"]),
         "wall_s": time.perf_counter() - start,
-        "step_time_s": float(np.mean(recorder.durations)),
+        "step_time_s": float(np.median(recorder.durations[1:] or recorder.durations)),
         "view_distance_from_identity": float(np.mean(recorder.view_distances)),
         "designer_movement": cli.model.designer_movement().item(),
         "mean_value": float(np.mean(recorder.values)) if recorder.values else float("nan"),
