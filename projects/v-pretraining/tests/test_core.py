@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from vpretrain import core
+from vpretrain import baselines, core
 
 
 def tiny_lm(vocab: int = 50, dtype=torch.float64) -> Qwen2ForCausalLM:
@@ -178,18 +178,18 @@ def test_adam_preconditioner_is_the_bias_corrected_second_moment():
 def test_alignment_weights_keep_helpful_tokens_only():
     d = torch.tensor([[-2.0, 1.0, -1.0, 0.0]])
     mask = torch.ones(1, 4)
-    weights = core.alignment_token_weights(d, mask)
+    weights = baselines.alignment_token_weights(d, mask)
     assert torch.allclose(weights, torch.tensor([[8 / 3, 0.0, 4 / 3, 0.0]]))
-    assert torch.equal(core.alignment_token_weights(torch.ones(1, 4), mask), mask)
+    assert torch.equal(baselines.alignment_token_weights(torch.ones(1, 4), mask), mask)
 
 
 def test_fixed_soft_targets_mix_the_renormalised_top_k():
     log_probs = torch.log(torch.tensor([[[0.5, 0.3, 0.1, 0.1]]]))
     slots = core.candidates(log_probs, torch.tensor([[3]]), k=2)  # observed 3, top-2 = 0, 1
     at = log_probs.gather(-1, slots)
-    q = core.fixed_soft_targets(at, 0.4)
+    q = baselines.fixed_soft_targets(at, 0.4)
     assert torch.allclose(q, torch.tensor([[[0.6, 0.4 * 0.5 / 0.8, 0.4 * 0.3 / 0.8]]]))
-    assert torch.allclose(core.fixed_soft_targets(at, 0.0), torch.tensor([[[1.0, 0, 0]]]))
+    assert torch.allclose(baselines.fixed_soft_targets(at, 0.0), torch.tensor([[[1.0, 0, 0]]]))
 
 
 def test_answer_nll_reads_only_the_answer_tokens():

@@ -244,8 +244,8 @@ def designer_evidence(initial_designer, trained, data, settings) -> dict:
         if 0 < corrupted[result].sum() < result.sum()
         else float("nan")
     )
-    before = torch.cat([p.flatten() for p in initial_designer.parameters()])
-    after = torch.cat([p.flatten() for p in trained.designer.parameters()])
+    before = torch.cat([p.detach().flatten() for p in initial_designer.parameters()])
+    after = torch.cat([p.detach().flatten() for p in trained.designer.parameters()])
     return {
         "mixing_start": float(mixing_start.mean()),
         "mixing_end": float(mixing.mean()),

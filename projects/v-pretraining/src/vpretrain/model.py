@@ -27,7 +27,7 @@ from lightning.pytorch import LightningModule
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from papers_cli import ConfigError
-from vpretrain import core, formats
+from vpretrain import baselines, core, formats
 
 Arm = Literal["vpretrain", "random_gradient", "plain", "fixed_soft", "alignment_reweight", "oracle"]
 VALUED_ARMS = ("vpretrain", "random_gradient", "alignment_reweight")
@@ -247,7 +247,7 @@ class VPretrainModule(LightningModule):
         elif h.arm == "alignment_reweight":
             slots, _, d_at, _, _ = self.designed_targets(inputs, observed)
             mask = torch.ones_like(observed, dtype=torch.float32)
-            weights = core.alignment_token_weights(d_at[..., core.OBSERVED], mask)
+            weights = baselines.alignment_token_weights(d_at[..., core.OBSERVED], mask)
             log_probs = self.learner_log_probs(inputs)
             nll = -log_probs.gather(-1, observed.unsqueeze(-1)).squeeze(-1)
             loss = (weights * nll).mean()
@@ -256,7 +256,7 @@ class VPretrainModule(LightningModule):
             log_probs = self.learner_log_probs(inputs)
             slots = core.candidates(log_probs, observed, h.top_k)
             at = log_probs.gather(-1, slots)
-            loss = core.soft_cross_entropy(at, core.fixed_soft_targets(at, h.fixed_mixing))
+            loss = core.soft_cross_entropy(at, baselines.fixed_soft_targets(at, h.fixed_mixing))
         else:  # plain, oracle
             targets = batch["clean_ids"][:, 1:] if h.arm == "oracle" else observed
             log_probs = self.learner_log_probs(inputs)
