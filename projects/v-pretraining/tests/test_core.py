@@ -214,3 +214,59 @@ def test_designer_starts_near_the_one_hot_target_and_stays_bounded():
     assert torch.allclose(mixing, torch.full((2, 4), 0.9 * torch.sigmoid(torch.tensor(-3.0))))
     torch.nn.init.constant_(designer.mixing[-1].bias, 50.0)
     assert designer(hidden, at)[0].max() <= 0.9
+
+
+def test_frozen_parameters_get_a_zero_tangent():
+    model = tiny_lm()
+    ids = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(4))
+    named = dict(model.named_parameters())
+    tangent = random_tangent(model)
+    head = "model.embed_tokens.weight"
+    partial = {head: tangent[head]}
+    _, directions, _ = core.log_probs_and_directions(model, named, partial, ids)
+    zeroed = {n: (t if n == head else torch.zeros_like(t)) for n, t in tangent.items()}
+    _, expected, _ = core.log_probs_and_directions(model, named, zeroed, ids)
+    assert torch.allclose(directions, expected) and directions.abs().max() > 0
+
+
+def test_adam_preconditioner_reads_every_parameter_with_state():
+    fresh = torch.nn.Parameter(torch.ones(2))  # never stepped: identity
+    a = torch.nn.Parameter(torch.ones(2))
+    b = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.AdamW([fresh, a, b], lr=0.1, betas=(0.9, 0.99), eps=1e-8)
+    a.grad, b.grad = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])
+    optimizer.step()
+    scales = core.adam_preconditioner(optimizer, {"fresh": fresh, "a": a, "b": b})
+    assert torch.equal(scales["fresh"], torch.ones(2))
+    assert torch.allclose(scales["b"], 1 / (torch.tensor([3.0, 4.0]) + 1e-8), rtol=1e-5)
+    assert torch.allclose(scales["a"], 1 / (torch.tensor([1.0, 2.0]) + 1e-8), rtol=1e-5)
+
+
+def test_masked_means_count_only_unmasked_positions():
+    q = torch.full((1, 2, 3), 1 / 3)
+    q[0, 1] = torch.tensor([0.8, 0.1, 0.1])
+    mask = torch.tensor([[0.0, 1.0]])
+    kl, entropy = core.designer_regularisers(q, smoothing=0.2, mask=mask)
+    alone_kl, alone_entropy = core.designer_regularisers(q[:, 1:], smoothing=0.2)
+    assert kl.item() == pytest.approx(alone_kl.item())
+    assert entropy.item() == pytest.approx(alone_entropy.item())
+    at = torch.log(torch.tensor([[[0.5, 0.5], [0.25, 0.75]]]))
+    one_hot = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])
+    assert core.soft_cross_entropy(at, one_hot, mask).item() == pytest.approx(-math.log(0.25))
+
+
+def test_alignment_weights_ignore_masked_positions_and_small_totals():
+    d = torch.tensor([[-0.2, -0.1, 5.0, -0.3]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    weights = baselines.alignment_token_weights(d, mask)
+    # total relu(-D) over unmasked = 0.3 (below 1), scaled to mean 1 over the 3 positions
+    assert torch.allclose(weights, torch.tensor([[2.0, 1.0, 0.0, 0.0]]))
+
+
+def test_answer_nll_is_per_problem():
+    table = torch.log(torch.tensor([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]))
+    ids = torch.tensor([[0, 2, 1, 0], [1, 0, 2, 2]])
+    answer = torch.tensor([[False, False, True, True], [False, True, True, False]])
+    nll = core.answer_nll(lambda i, m: table[i], ids, torch.ones_like(ids), answer)
+    expected = [-(math.log(0.2) + math.log(0.6)) / 2, -(math.log(0.6) + math.log(0.7)) / 2]
+    assert torch.allclose(nll, torch.tensor(expected))

@@ -155,11 +155,6 @@ def adam_preconditioner(
     return scales
 
 
-def inner_product(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """<a, b> summed over the parameters the two share."""
-    return sum((a[name] * b[name]).sum() for name in a if name in b)
-
-
 def designer_regularisers(
     weights: torch.Tensor, smoothing: float, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
