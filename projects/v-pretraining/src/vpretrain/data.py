@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from jsonargparse.typing import NonNegativeFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
@@ -144,9 +144,9 @@ class VPretrainDataModule(LightningDataModule):
 
     def __init__(
         self,
-        corpus: str | None = None,
-        gsm8k: str | None = None,
-        tokenizer: str | None = None,
+        corpus: Path | None = None,
+        gsm8k: Path | None = None,
+        tokenizer: Path | None = None,
         chat: bool = False,
         stream: Stream = "noisy",
         arithmetic_share: NonNegativeFloat = 0.2,
@@ -158,8 +158,8 @@ class VPretrainDataModule(LightningDataModule):
         perplexity_blocks: PositiveInt = 64,
         block_size: PositiveInt = 64,
         batch_size: PositiveInt = 16,
-        seed: int = 0,
-        num_workers: int = 0,
+        seed: NonNegativeInt = 0,
+        num_workers: NonNegativeInt = 0,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -173,7 +173,7 @@ class VPretrainDataModule(LightningDataModule):
                 "--data.arithmetic_share must be in [0, 1) and --data.corruption_rate in [0, 1]"
             )
         self.tokenizer = (
-            formats.load_tokenizer(tokenizer)
+            formats.load_tokenizer(None if tokenizer is None else str(tokenizer))
             if tokenizer is not None or corpus is not None
             else miniature.train_tokenizer()
         )

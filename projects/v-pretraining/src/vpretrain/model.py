@@ -19,6 +19,7 @@ the two arms that use it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -32,6 +33,7 @@ from vpretrain import baselines, core, formats
 Arm = Literal["vpretrain", "random_gradient", "plain", "fixed_soft", "alignment_reweight", "oracle"]
 VALUED_ARMS = ("vpretrain", "random_gradient", "alignment_reweight")
 DESIGNER_ARMS = ("vpretrain", "random_gradient")
+Attention = Literal["eager", "sdpa", "flash_attention_2"]
 
 
 def build_learner(
@@ -41,7 +43,7 @@ def build_learner(
     layers: int,
     heads: int,
     max_positions: int,
-    attn_implementation: str = "eager",
+    attn_implementation: Attention = "eager",
 ) -> torch.nn.Module:
     """A Qwen2-family causal LM: the local checkpoint at ``pretrained``, or a tiny one built
     from a ``Qwen2Config``."""
@@ -77,7 +79,7 @@ class VPretrainModule(LightningModule):
         self,
         arm: Arm = "vpretrain",
         pretrained: str | None = None,
-        init_from: str | None = None,
+        init_from: Path | None = None,
         vocab_size: PositiveInt = 2048,
         hidden_size: PositiveInt = 96,
         layers: PositiveInt = 3,
@@ -99,7 +101,7 @@ class VPretrainModule(LightningModule):
         gradient_ema: NonNegativeFloat = 0.5,
         preconditioner: Literal["adam", "identity"] = "identity",
         max_new_tokens: PositiveInt = 6,
-        attn_implementation: str = "eager",
+        attn_implementation: Attention = "eager",
     ):
         super().__init__()
         self.save_hyperparameters()

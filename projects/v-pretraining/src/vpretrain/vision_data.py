@@ -378,7 +378,7 @@ class DigitScenesDataModule(LightningDataModule):
         image_size: PositiveInt = 32,
         num_channels: PositiveInt = 1,
         num_classes: PositiveInt = 11,
-        ignore_index: int = 255,
+        ignore_index: NonNegativeInt = 255,
         n_unlabeled: PositiveInt = 1024,
         n_feedback: PositiveInt = 256,
         n_evaluation: PositiveInt = 256,
@@ -390,10 +390,10 @@ class DigitScenesDataModule(LightningDataModule):
         eval_batch_size: PositiveInt = 128,
         num_workers: NonNegativeInt = 0,
         seed: NonNegativeInt | None = None,
-        unlabeled_root: str | None = None,
-        ade20k_root: str | None = None,
-        nyuv2_root: str | None = None,
-        probe_root: str | None = None,
+        unlabeled_root: Path | None = None,
+        ade20k_root: Path | None = None,
+        nyuv2_root: Path | None = None,
+        probe_root: Path | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
