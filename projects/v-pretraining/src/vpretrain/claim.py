@@ -196,7 +196,7 @@ def run_job(job: tuple, settings: dict, workdir: Path) -> dict:
         torch.save(vision_claim.pretrain_vision_base(job[1], settings["vision"]), path)
         return {"path": str(path)}
     _, arm, seed, steps = job
-    base = torch.load(workdir / f"vision_base_{seed}.pt", weights_only=False)
+    base = torch.load(workdir / f"vision_base_{seed}.pt", weights_only=True)
     return vision_claim.run_vision_arm(arm, base, seed, {**settings["vision"], "steps": steps})
 
 
