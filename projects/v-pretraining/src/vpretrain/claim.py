@@ -257,6 +257,12 @@ def designer_evidence(initial_designer, trained, data, settings) -> dict:
     }
 
 
+def designer_summary(runs: list[dict]) -> dict[str, list[float]]:
+    """The designer evidence of one subject, one value per seed."""
+    keys = [k for k in runs[0] if k.startswith(("mixing", "mass", "designer"))]
+    return {k: [r[k] for r in runs] for k in keys}
+
+
 def value_agreement(seed: int, settings: dict, base_path: Path) -> dict:
     """Predicted (eq. 3) vs realised decrease of the downstream loss for one small SGD step
     from the base, over ``agreement_batches`` CPT batches with random designer-like targets
@@ -444,17 +450,11 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             "steps": steps,
             "vision_steps": vision_steps,
             "designer": {
-                s: [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
+                s: designer_summary(
+                    [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
+                )
                 for s in ("vpretrain", "random_gradient")
             },
-        }
-        evidence["designer"] = {
-            s: {
-                k: [r[k] for r in runs]
-                for k in runs[0]
-                if k.startswith(("mixing", "mass", "designer"))
-            }
-            for s, runs in evidence["designer"].items()
         }
         figures = plots(args.out, runner, spec, tuning, steps, language)
     write_claim(
