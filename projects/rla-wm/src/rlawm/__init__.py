@@ -1,0 +1,1 @@
+"""RLA-WM: visual-feature world models via Residual Latent Action."""
