@@ -1,0 +1,128 @@
+"""The frozen visual encoder: ViT patch tokens of foreground-masked frames.
+
+Paper scale: a pretrained DINOv2 / DINOv3 from a local folder (``from_pretrained`` with
+``local_files_only=True``). Miniature: the same transformers class (``Dinov2Model``) with a tiny
+config, self-supervised once on frames of separate episodes by masked-patch prediction
+(SimMIM-style: the model's own mask token replaces half the patches, a linear head predicts
+their pixels), then frozen. It is a stand-in for DINO, not DINO: no semantic features are
+claimed for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from rlawm.formats import check_image_size
+
+MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)  # ImageNet statistics, as DINO
+STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+
+
+def tiny_config(
+    image_size: int = 64, patch_size: int = 8, hidden: int = 128, layers: int = 4, heads: int = 4
+):
+    """A Dinov2Config small enough for 2 CPU cores (64 patch tokens of width 128 at 64x64)."""
+    from transformers import Dinov2Config
+
+    check_image_size(image_size, patch_size)
+    return Dinov2Config(
+        image_size=image_size,
+        patch_size=patch_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        layerscale_value=1.0,
+    )
+
+
+def build_encoder(config=None, pretrained: Path | None = None) -> nn.Module:
+    """A Dinov2Model from ``pretrained`` (a local folder, never the hub) or from ``config``."""
+    from transformers import AutoModel, Dinov2Model
+
+    if pretrained is not None:
+        if not Path(pretrained).is_dir():
+            raise FileNotFoundError(
+                f"no encoder checkpoint at {pretrained}: put a DINOv2/DINOv3 folder there "
+                "(config.json + model.safetensors, as saved by save_pretrained)"
+            )
+        return AutoModel.from_pretrained(pretrained, local_files_only=True)
+    return Dinov2Model(config or tiny_config())
+
+
+def preprocess(frames: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+    """uint8 [B, H, W, 3] frames (and bool [B, H, W] foreground masks) -> normalised [B, 3, H, W].
+
+    The frame is multiplied by its foreground mask before encoding, as in the paper.
+    """
+    images = frames.permute(0, 3, 1, 2).float() / 255.0
+    if masks is not None:
+        images = images * masks[:, None].float()
+    return (images - MEAN) / STD
+
+
+def patch_tokens(encoder: nn.Module, pixels: torch.Tensor, bool_masked_pos=None) -> torch.Tensor:
+    """The encoder's patch tokens [B, L, C] (the class token and any registers dropped)."""
+    hidden = encoder(pixel_values=pixels, bool_masked_pos=bool_masked_pos).last_hidden_state
+    patches = (pixels.shape[-1] // encoder.config.patch_size) ** 2
+    return hidden[:, -patches:]
+
+
+@torch.no_grad()
+def encode_frames(encoder: nn.Module, frames, masks, batch_size: int = 256) -> torch.Tensor:
+    """Frozen tokens of many frames, in batches: uint8 [N, H, W, 3] -> float [N, L, C]."""
+    encoder.eval()
+    out = [
+        patch_tokens(encoder, preprocess(frames[i : i + batch_size], masks[i : i + batch_size]))
+        for i in range(0, len(frames), batch_size)
+    ]
+    return torch.cat(out)
+
+
+def freeze(encoder: nn.Module) -> nn.Module:
+    encoder.eval()
+    for parameter in encoder.parameters():
+        parameter.requires_grad_(False)
+    return encoder
+
+
+def masked_patch_loss(encoder, head: nn.Linear, pixels, mask_ratio: float, generator):
+    """SimMIM-style loss: L1 between the pixels of masked patches and their linear prediction."""
+    size = encoder.config.patch_size
+    grid = pixels.shape[-1] // size
+    masked = torch.rand(pixels.shape[0], grid * grid, generator=generator) < mask_ratio
+    predicted = head(patch_tokens(encoder, pixels, bool_masked_pos=masked))  # [B, L, 3 p^2]
+    target = pixels.unfold(2, size, size).unfold(3, size, size)  # [B, 3, g, g, p, p]
+    target = target.permute(0, 2, 3, 1, 4, 5).reshape(pixels.shape[0], grid * grid, -1)
+    return (predicted - target).abs()[masked].mean()
+
+
+def pretrain(
+    encoder,
+    frames,
+    masks,
+    steps: int,
+    lr: float = 1e-3,
+    batch_size: int = 64,
+    mask_ratio: float = 0.5,
+    seed: int = 0,
+) -> list[float]:
+    """Self-supervise the stand-in encoder on separate frames; returns the loss curve."""
+    generator = torch.Generator().manual_seed(seed)
+    head = nn.Linear(encoder.config.hidden_size, 3 * encoder.config.patch_size**2)
+    optimizer = torch.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=lr)
+    encoder.train()
+    losses = []
+    for _ in range(steps):
+        index = torch.randint(len(frames), (batch_size,), generator=generator)
+        loss = masked_patch_loss(
+            encoder, head, preprocess(frames[index], masks[index]), mask_ratio, generator
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
