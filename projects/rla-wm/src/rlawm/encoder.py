@@ -15,6 +15,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+# Imported here, at module import, on purpose: importing transformers' model classes after a
+# MuJoCo EGL renderer exists crashes the process (segfault, seen with mujoco 4.0 + llvmpipe), so
+# every pipeline imports this module before it builds a scene.
+from transformers import AutoModel, Dinov2Config, Dinov2Model
+
 from rlawm.formats import check_image_size
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)  # ImageNet statistics, as DINO
@@ -25,8 +30,6 @@ def tiny_config(
     image_size: int = 64, patch_size: int = 8, hidden: int = 128, layers: int = 4, heads: int = 4
 ):
     """A Dinov2Config small enough for 2 CPU cores (64 patch tokens of width 128 at 64x64)."""
-    from transformers import Dinov2Config
-
     check_image_size(image_size, patch_size)
     return Dinov2Config(
         image_size=image_size,
@@ -41,8 +44,6 @@ def tiny_config(
 
 def build_encoder(config=None, pretrained: Path | None = None) -> nn.Module:
     """A Dinov2Model from ``pretrained`` (a local folder, never the hub) or from ``config``."""
-    from transformers import AutoModel, Dinov2Model
-
     if pretrained is not None:
         if not Path(pretrained).is_dir():
             raise FileNotFoundError(
