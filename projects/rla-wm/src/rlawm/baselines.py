@@ -15,6 +15,7 @@ from torch import nn
 
 from rlawm.core import (
     ActionChunkEncoder,
+    ActionConditionedTokens,
     AdaLNBlock,
     euler_sample,
     flow_interpolant,
@@ -42,18 +43,11 @@ class RegressionWorldModel(nn.Module):
         heads: int = 4,
     ):
         super().__init__()
-        self.project = nn.Linear(token_dim, width)
-        self.position = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
-        self.action_encoder = ActionChunkEncoder(action_dim, width)
-        self.blocks = nn.ModuleList(AdaLNBlock(width, heads) for _ in range(depth))
+        self.condition = ActionConditionedTokens(token_dim, tokens, action_dim, width, depth, heads)
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, token_dim))
 
     def forward(self, x_t: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        c = self.action_encoder(actions)
-        h = self.project(x_t) + self.position
-        for block in self.blocks:
-            h = block(h, c)
-        return x_t + self.out(h)
+        return x_t + self.out(self.condition(x_t, actions))
 
     def loss(self, x_t, actions, x_next, l1_weight: float = 1.0, mse_weight: float = 1.0):
         return rla_reconstruction_loss(self(x_t, actions), x_next, l1_weight, mse_weight)
@@ -121,19 +115,13 @@ class RLARegressor(nn.Module):
         heads: int = 4,
     ):
         super().__init__()
-        self.project = nn.Linear(token_dim, width)
-        self.position = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
-        self.action_encoder = ActionChunkEncoder(action_dim, width)
-        self.blocks = nn.ModuleList(AdaLNBlock(width, heads) for _ in range(depth))
+        self.condition = ActionConditionedTokens(token_dim, tokens, action_dim, width, depth, heads)
         self.queries = nn.Parameter(torch.randn(1, latent_tokens, width) * 0.02)
         self.pool = nn.MultiheadAttention(width, heads, batch_first=True)
         self.out = nn.Linear(width, latent_dim)
 
     def forward(self, x_t: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        c = self.action_encoder(actions)
-        h = self.project(x_t) + self.position
-        for block in self.blocks:
-            h = block(h, c)
+        h = self.condition(x_t, actions)
         queries = self.queries.expand(x_t.shape[0], -1, -1)
         return self.out(self.pool(queries, h, h, need_weights=False)[0])  # [B, N, d]
 

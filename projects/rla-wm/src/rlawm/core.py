@@ -260,6 +260,27 @@ class AdaLNBlock(nn.Module):
         return h + gate2 * self.mlp(x)
 
 
+class ActionConditionedTokens(nn.Module):
+    """x_t tokens [B, L, C] -> [B, L, W]: projected, positioned, then AdaLN blocks modulated by
+    the action token (the RLA-WM conditioning stage; the regression baselines share it)."""
+
+    def __init__(
+        self, token_dim: int, tokens: int, action_dim: int, width: int, depth: int, heads: int
+    ):
+        super().__init__()
+        self.project = nn.Linear(token_dim, width)
+        self.position = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
+        self.action_encoder = ActionChunkEncoder(action_dim, width)
+        self.blocks = nn.ModuleList(AdaLNBlock(width, heads) for _ in range(depth))
+
+    def forward(self, x_t: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        action_token = self.action_encoder(actions)  # [B, W]
+        h = self.project(x_t) + self.position
+        for block in self.blocks:
+            h = block(h, action_token)
+        return h
+
+
 class RLAWorldModel(nn.Module):
     """v_theta of Eq. 5: a conditioning stage (once) and a flow stage (every Euler step)."""
 
@@ -277,10 +298,9 @@ class RLAWorldModel(nn.Module):
     ):
         super().__init__()
         self.latent_shape = (latent_tokens, latent_dim)
-        self.project = nn.Linear(token_dim, width)
-        self.position = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
-        self.action_encoder = ActionChunkEncoder(action_dim, width)
-        self.cond_blocks = nn.ModuleList(AdaLNBlock(width, heads) for _ in range(cond_depth))
+        self.condition = ActionConditionedTokens(
+            token_dim, tokens, action_dim, width, cond_depth, heads
+        )
         self.project_latent = nn.Linear(latent_dim, width)
         self.latent_position = nn.Parameter(torch.randn(1, latent_tokens, width) * 0.02)
         self.time = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
@@ -294,11 +314,7 @@ class RLAWorldModel(nn.Module):
 
     def forward_cond(self, x_t: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Condition queries [B, L, W] from x_t tokens [B, L, C] and the chunk [B, h, A]."""
-        action_token = self.action_encoder(actions)  # [B, W]
-        h = self.project(x_t) + self.position
-        for block in self.cond_blocks:
-            h = block(h, action_token)
-        return h
+        return self.condition(x_t, actions)
 
     def forward_flow(self, z_tau: torch.Tensor, tau: torch.Tensor, cond: torch.Tensor):
         """The velocity v_theta(z_tau, tau | cond): [B, N, d]."""
