@@ -201,3 +201,14 @@ def test_baselines_have_the_shapes_and_behaviour_of_their_kind():
     assert flow.loss(x_t, actions, x_t + 1.0, torch.Generator().manual_seed(0)).item() > 0
     regressor = RLARegressor(C, L, A, latent_tokens=2, latent_dim=3, width=16, depth=1, heads=2)
     assert regressor(x_t, actions).shape == (3, 2, 3)
+
+
+def test_pooled_collapse_ratio_matches_a_hand_count_and_drops_unimodal_groups():
+    truth = torch.tensor([[[0.0], [2.0]], [[5.0], [5.0]]])  # spreads 1 and 0
+    predictions = torch.tensor([[[1.0], [2.0]], [[0.0], [4.0]]])  # spreads 0.5 and 2
+    ratio, kept = core.pooled_collapse_ratio(predictions, truth, min_truth_spread=0.5)
+    assert kept.tolist() == [True, False] and ratio.item() == pytest.approx(0.5)
+    ratio, kept = core.pooled_collapse_ratio(predictions, truth)
+    assert kept.all() and ratio.item() == pytest.approx((0.5 + 2.0) / 2 / 0.5)
+    with pytest.raises(ValueError, match="spread by"):
+        core.pooled_collapse_ratio(predictions, truth, min_truth_spread=3.0)

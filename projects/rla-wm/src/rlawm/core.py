@@ -374,3 +374,18 @@ def spread(samples: torch.Tensor) -> torch.Tensor:
 def collapse_ratio(predictions: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     """Eq. 9: spread of predictions over spread of true outcomes of one start and chunk."""
     return spread(predictions) / spread(truth).clamp_min(1e-12)
+
+
+def pooled_collapse_ratio(
+    predictions: torch.Tensor, truth: torch.Tensor, min_truth_spread: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 9 pooled over groups: mean prediction spread / mean truth spread, over the groups
+    whose truth spread reaches ``min_truth_spread`` (a mean of per-group ratios is dominated by
+    groups whose outcomes barely differ, seen in the pilots). predictions [G, n, D], truth
+    [G, m, D]; returns (ratio, mask of the groups kept [G])."""
+    truth_spread = torch.stack([spread(group) for group in truth])  # [G]
+    prediction_spread = torch.stack([spread(group) for group in predictions])  # [G]
+    kept = truth_spread >= min_truth_spread
+    if not kept.any():
+        raise ValueError(f"no group's true outcomes spread by {min_truth_spread} or more")
+    return prediction_spread[kept].mean() / truth_spread[kept].mean(), kept
