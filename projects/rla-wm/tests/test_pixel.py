@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -21,7 +19,6 @@ def tiny_model(seed: int = 0) -> PixelDiffusionWM:
     return PixelDiffusionWM(
         frame_size=SIZE,
         block_out_channels=(8, 16),
-        attention_head_dim=8,
         norm_num_groups=4,
         num_train_timesteps=100,
     )
@@ -48,14 +45,16 @@ def test_epsilon_loss_decreases_on_a_fixed_batch():
     current, actions = tiny_batch()
     future = current.roll(1, dims=-1)
 
-    def fixed_loss():
-        # the same timesteps and noise before and after, so only the weights differ
-        return model.loss(current, actions, future, torch.Generator().manual_seed(123)).item()
+    def fixed_loss() -> float:
+        # the same timesteps and noise before and after (5 draws), so only the weights differ
+        draws = [torch.Generator().manual_seed(100 + i) for i in range(5)]
+        with torch.no_grad():
+            return sum(model.loss(current, actions, future, d).item() for d in draws) / 5
 
     before = fixed_loss()
     g = torch.Generator().manual_seed(1)
-    fit(model, lambda _: model.loss(current, actions, future, g), steps=30, lr=3e-3)
-    assert fixed_loss() < 0.7 * before
+    fit(model, lambda _: model.loss(current, actions, future, g), steps=30, lr=1e-2)
+    assert fixed_loss() < 0.6 * before
 
 
 def test_sample_is_seeded_shaped_and_in_range():
@@ -68,6 +67,27 @@ def test_sample_is_seeded_shaped_and_in_range():
     assert first.min() >= -1 and first.max() <= 1
     assert torch.equal(first, again)
     assert not torch.allclose(first, other)
+
+
+class OracleDenoiser(PixelDiffusionWM):
+    """The exact noise of x_t under a known clean frame: DDIM with it must return that frame."""
+
+    def __init__(self, clean: torch.Tensor, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.clean = clean
+
+    def forward(self, noisy, current, actions, timesteps):
+        alpha_bar = self.scheduler.alphas_cumprod[timesteps]
+        return (noisy - alpha_bar.sqrt() * self.clean) / (1 - alpha_bar).sqrt()
+
+
+@pytest.mark.parametrize("steps", [1, 4, 50])
+def test_ddim_with_the_exact_noise_recovers_the_clean_frame(steps):
+    current, actions = tiny_batch(batch=2)
+    clean = current.roll(3, dims=-2) * 0.9
+    oracle = OracleDenoiser(clean, frame_size=SIZE, block_out_channels=(8, 16), norm_num_groups=4)
+    out = oracle.sample(current, actions, steps, torch.Generator().manual_seed(0))
+    assert torch.allclose(out, clean, atol=1e-4)
 
 
 def test_rollout_chains_the_chunks():
@@ -93,18 +113,21 @@ def test_gradients_reach_the_action_embedding_at_init():
 
 def test_actions_change_the_sample_after_a_short_fit():
     model = tiny_model()
-    current, _ = tiny_batch(batch=4)
-    # the future frame is a flat +-0.5 image whose sign is the sign of the (constant) action
-    sign = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    actions = sign[:, None, None].expand(4, H, A).contiguous()
-    future = 0.5 * sign[:, None, None, None].expand(4, 3, SIZE, SIZE)
+    current, actions = tiny_batch(batch=4)
     g = torch.Generator().manual_seed(0)
-    fit(model, lambda _: model.loss(current, actions, future, g), steps=40, lr=3e-3)
-    # the same current frame and the same noise seed, only the action chunk differs
-    up = model.sample(current[:1], actions[:1], 10, torch.Generator().manual_seed(3))
-    down = model.sample(current[:1], actions[1:2], 10, torch.Generator().manual_seed(3))
-    assert (up - down).abs().mean() > 0.05
-    assert up.mean() > down.mean()
+    fit(model, lambda _: model.loss(current, actions, current.roll(1, -1), g), steps=20, lr=3e-3)
+
+    def predict(chunk: torch.Tensor) -> torch.Tensor:
+        # the same current frame and the same noise seed: only the action chunk differs
+        return model.sample(current[:1], chunk[None], 5, torch.Generator().manual_seed(3))
+
+    assert torch.equal(predict(actions[0]), predict(actions[0].clone()))
+    assert (predict(actions[0]) - predict(actions[1])).abs().mean() > 1e-3
+    # control: with the embedding's output layer zeroed the action no longer reaches the UNet
+    with torch.no_grad():
+        model.action_embed[-1].weight.zero_()
+        model.action_embed[-1].bias.zero_()
+    assert torch.equal(predict(actions[0]), predict(actions[1]))
 
 
 def test_sample_flops_scale_with_ddim_steps():
@@ -159,20 +182,20 @@ def test_decoder_shape_range_and_short_fit():
 
 
 def test_decoder_follows_the_token_grid_layout():
-    # token i is patch (i // g, i % g): a decoder fed one hot token changes that patch most
-    torch.manual_seed(0)
-    decoder = FeatureToPixelDecoder(num_tokens=4, token_dim=3, frame_size=8, hidden=8)
-    tokens = torch.zeros(1, 4, 3)
-    bumped = tokens.clone()
-    bumped[0, 1] = 5.0  # top-right patch of the 2x2 grid
-    change = (decoder(bumped) - decoder(tokens)).abs().sum(1)[0]  # [8, 8]
-    patches = change.reshape(2, 4, 2, 4).sum((1, 3))  # [2, 2] per-patch totals
-    assert patches.argmax().item() == 1
+    # token i is the patch at row i // g, column i % g (row-major, as ViT patch embeddings are)
+    decoder = FeatureToPixelDecoder(num_tokens=6 * 6, token_dim=5, frame_size=12, hidden=8)
+    decoder.net = torch.nn.Identity()  # keep only the reshape to the grid
+    tokens = torch.randn(2, 36, 5)
+    grid = decoder(tokens)  # [2, 5, 6, 6]
+    for i in (0, 1, 6, 35):
+        assert torch.equal(grid[:, :, i // 6, i % 6], tokens[:, i])
 
 
 def test_decoder_reaches_any_integer_multiple_of_the_grid():
     decoder = FeatureToPixelDecoder(num_tokens=4, token_dim=5, frame_size=12, hidden=8)
     assert decoder(torch.randn(1, 4, 5)).shape == (1, 3, 12, 12)
+    # the project's default: 64 tokens (8x8 grid) of width 128 to 64x64 frames
+    assert FeatureToPixelDecoder()(torch.randn(1, 64, 128)).shape == (1, 3, 64, 64)
 
 
 def test_decoder_rejects_bad_sizes():
@@ -202,4 +225,6 @@ def test_image_quality_per_item():
     assert torch.allclose(got["psnr"], expected, atol=1e-3)
     assert got["psnr"][0] > got["psnr"][1] > got["psnr"][2]
     assert torch.all(got["ssim"] < 1) and got["ssim"][0] > got["ssim"][2]
-    assert math.isclose(expected[2].item(), 10 * math.log10(4 / 0.04), abs_tol=0.2)
+    # a constant error of 0.2 on every pixel: MSE 0.04, PSNR exactly 10 log10(4 / 0.04) = 20 dB
+    shifted = image_quality(target + 0.2, target)["psnr"]
+    assert torch.allclose(shifted, torch.full((3,), 20.0), atol=1e-3)

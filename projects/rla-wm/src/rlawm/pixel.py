@@ -19,7 +19,10 @@ import torch.nn.functional as F
 from diffusers import DDIMScheduler, UNet2DModel
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
-from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
+from torchmetrics.functional.image import (
+    peak_signal_noise_ratio,
+    structural_similarity_index_measure,
+)
 
 # Frames live in [-1, 1], so the PSNR / SSIM data range is 2.
 DATA_RANGE = 2.0
@@ -31,7 +34,7 @@ class PixelDiffusionWM(nn.Module):
     The UNet sees the noisy future frame and the current frame stacked as 6 input channels. The
     action chunk [B, h, A] is flattened, embedded by an MLP to the UNet's timestep-embedding width
     and passed as ``class_labels`` through ``class_embed_type="identity"``, so diffusers adds it to
-    the timestep embedding that every ResNet block receives (FiLM-like conditioning everywhere).
+    the timestep embedding; every ResNet block turns that sum into a per-channel bias.
     """
 
     def __init__(
@@ -40,7 +43,7 @@ class PixelDiffusionWM(nn.Module):
         channels: int = 3,
         chunk_len: int = 4,
         action_dim: int = 2,
-        block_out_channels: tuple[int, ...] = (32, 64, 64),
+        block_out_channels: tuple[int, ...] = (16, 32, 64),
         layers_per_block: int = 1,
         mid_attention: bool = True,
         attention_head_dim: int = 8,
@@ -70,11 +73,15 @@ class PixelDiffusionWM(nn.Module):
         self.action_embed = nn.Sequential(
             nn.Linear(chunk_len * action_dim, embed_dim), nn.SiLU(), nn.Linear(embed_dim, embed_dim)
         )
-        # "trailing" spacing starts DDIM at t = T - 1 whatever the step count, so few-step sampling
-        # begins from (almost) pure noise as in training; eta = 0 makes DDIM deterministic.
+        # DDPM's linear betas (1e-4 .. 0.02 at T = 1000) rescaled by 1000 / T, so any T follows the
+        # same noise path and still ends at (almost) pure noise. "trailing" spacing starts DDIM at
+        # t = T - 1 whatever the step count; eta = 0 makes DDIM deterministic.
         self.scheduler = DDIMScheduler(
             num_train_timesteps=num_train_timesteps,
+            beta_start=0.1 / num_train_timesteps,
+            beta_end=20.0 / num_train_timesteps,
             prediction_type="epsilon",
+            clip_sample=True,  # each DDIM step keeps its clean-frame estimate in [-1, 1]
             timestep_spacing="trailing",
         )
 
@@ -126,7 +133,8 @@ class PixelDiffusionWM(nn.Module):
         steps: int = 50,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """DDIM sampling (eta = 0) of the next frame [B, 3, H, W] in [-1, 1]."""
+        """DDIM sampling (eta = 0) of the next frame [B, 3, H, W] in [-1, 1]; ``generator`` must
+        live on the frames' device."""
         self._check(current, actions)
         # The only randomness is the starting noise, so one generator seed fixes the frames.
         x = torch.randn(current.shape, generator=generator, device=current.device)
@@ -200,7 +208,8 @@ class FeatureToPixelDecoder(nn.Module):
         """Decode tokens [B, L, C] (row-major patch order) to frames [B, 3, H, W]."""
         if tokens.dim() != 3 or tuple(tokens.shape[1:]) != (self.num_tokens, self.token_dim):
             raise ValueError(
-                f"tokens must be [B, {self.num_tokens}, {self.token_dim}], got {tuple(tokens.shape)}"
+                f"tokens must be [B, {self.num_tokens}, {self.token_dim}], "
+                f"got {tuple(tokens.shape)}"
             )
         # [B, L, C] -> [B, C, g, g]: token i sits at row i // g, column i % g.
         grid = tokens.transpose(1, 2).reshape(tokens.shape[0], self.token_dim, self.grid, self.grid)
@@ -225,8 +234,8 @@ def image_quality(pred: Tensor, target: Tensor) -> dict[str, Tensor]:
 
 
 def count_flops(fn: Callable[..., object], *args: object) -> int:
-    """FLOPs of one call ``fn(*args)`` as counted by FlopCounterMode (matmuls, convolutions and
-    attention; element-wise ops are not counted), under no_grad."""
+    """FLOPs of one call ``fn(*args)`` as counted by FlopCounterMode, under no_grad: matmuls,
+    convolutions and attention at 2 FLOPs per multiply-add; element-wise ops are not counted."""
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         fn(*args)
