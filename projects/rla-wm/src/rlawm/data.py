@@ -72,6 +72,8 @@ class World:
     train_masks: torch.Tensor  # bool [E, T+1, H, W]
     demo_tokens: torch.Tensor  # [D, T_d+1, L, C] expert demonstrations (videos)
     demo_actions: torch.Tensor  # [D, T_d, A]
+    demo_frames: torch.Tensor  # uint8 [D, T_d+1, H, W, 3]
+    demo_masks: torch.Tensor  # bool [D, T_d+1, H, W]
     val: Groups
     test: Groups
     token_mean: torch.Tensor  # [C]
@@ -95,7 +97,11 @@ class StepBatches(IterableDataset):
         while True:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
             index = torch.randint(len(self.x_t), (self.batch_size,), generator=generator)
-            yield {"x_t": self.x_t[index], "x_next": self.x_next[index], "chunk": self.chunks[index]}
+            yield {
+                "x_t": self.x_t[index],
+                "x_next": self.x_next[index],
+                "chunk": self.chunks[index],
+            }
             step += 1
 
 
@@ -238,7 +244,9 @@ def _episode_tensors(episodes: list[dict]) -> tuple[torch.Tensor, ...]:
 def encode(encoder, frames: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     """Frozen tokens of frames [..., H, W, 3] -> [..., L, C] (any leading shape)."""
     lead = frames.shape[:-3]
-    tokens = vit.encode_frames(encoder, frames.flatten(0, len(lead) - 1), masks.flatten(0, len(lead) - 1))
+    tokens = vit.encode_frames(
+        encoder, frames.flatten(0, len(lead) - 1), masks.flatten(0, len(lead) - 1)
+    )
     return tokens.view(*lead, *tokens.shape[-2:])
 
 
@@ -272,7 +280,9 @@ def build_push_world(h) -> tuple[World, torch.nn.Module]:
     rng = np.random.default_rng(h.seed)
     scene = PushScene(h.image_size)
     try:
-        separate = [rollout_episode(scene, rng, h.episode_length) for _ in range(h.encoder_episodes)]
+        separate = [
+            rollout_episode(scene, rng, h.episode_length) for _ in range(h.encoder_episodes)
+        ]
         train = [rollout_episode(scene, rng, h.episode_length) for _ in range(h.num_episodes)]
         demos = [
             rollout_episode(scene, rng, h.episode_length, random_share=0.0, noise=0.1)
@@ -282,7 +292,9 @@ def build_push_world(h) -> tuple[World, torch.nn.Module]:
         test = render_groups(scene, rng, h.test_groups, h.chunks, h.horizon)
     finally:
         scene.close()
-    encoder = vit.build_encoder(vit.tiny_config(h.image_size, h.patch_size, h.encoder_width, h.encoder_layers))
+    encoder = vit.build_encoder(
+        vit.tiny_config(h.image_size, h.patch_size, h.encoder_width, h.encoder_layers)
+    )
     sep_frames, sep_masks, _ = _episode_tensors(separate)
     losses = vit.pretrain(
         encoder, sep_frames.flatten(0, 1), sep_masks.flatten(0, 1), h.encoder_steps, seed=h.seed
@@ -304,6 +316,8 @@ def build_push_world(h) -> tuple[World, torch.nn.Module]:
         train_masks=masks,
         demo_tokens=(encode(encoder, demo_frames, demo_masks) - mean) / std,
         demo_actions=demo_actions,
+        demo_frames=demo_frames,
+        demo_masks=demo_masks,
         val=groups(val),
         test=groups(test),
         token_mean=mean,
@@ -319,7 +333,10 @@ def build_push_world(h) -> tuple[World, torch.nn.Module]:
 def read_episodes(h) -> list[Episode]:
     """The episodes of ``data_dir`` in the chosen format, resized to the encoder's input."""
     if h.source == "trajectories":
-        return [read_trajectory_dir(p, h.camera, size=h.image_size) for p in list_trajectories(h.data_dir)]
+        return [
+            read_trajectory_dir(p, h.camera, size=h.image_size)
+            for p in list_trajectories(h.data_dir)
+        ]
     episodes = read_robomimic(h.data_dir, h.camera)
     for episode in episodes:
         episode.frames, episode.masks = resize(episode.frames, episode.masks, h.image_size)
@@ -373,6 +390,8 @@ def build_real_world(h) -> tuple[World, torch.nn.Module]:
         train_masks=masks,
         demo_tokens=(raw[:0] - mean) / std,
         demo_actions=actions[:0],
+        demo_frames=frames[:0],
+        demo_masks=masks[:0],
         val=groups(held["val"]),
         test=groups(held["test"]),
         token_mean=mean,

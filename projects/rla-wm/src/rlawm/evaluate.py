@@ -48,7 +48,9 @@ def score_rollouts(
     - ``truth_spread`` [G] and ``prediction_spread`` [G] at the final chunk.
     """
     final_pred, final_true = predictions[:, :, -1].flatten(2), truth[:, :, -1].flatten(2)
-    energy = torch.stack([core.energy_distance(p, t) for p, t in zip(final_pred, final_true)])
+    energy = torch.stack(
+        [core.energy_distance(p, t) for p, t in zip(final_pred, final_true, strict=True)]
+    )
     # [G, S, M]: L1 between every sample and every outcome, averaged over chunks and tokens
     l1 = (predictions[:, :, None] - truth[:, None]).abs().mean(dim=(3, 4, 5))
     truth_spread = torch.stack([core.spread(t) for t in final_true])
@@ -83,4 +85,5 @@ def oracle_rollouts(module, groups) -> torch.Tensor:
         z, _ = module.rla.encode(flat[:, k], flat[:, k + 1])
         x = module.rla.decode(x, z)
         out.append(x)
-    return torch.stack(out, dim=1).view(g, m, *out[0].shape[1:])
+    predictions = torch.stack(out, dim=1)  # [G*M, K, L, C]
+    return predictions.view(g, m, *predictions.shape[1:])

@@ -18,7 +18,7 @@ from typing import Literal
 
 import lightning as L
 import torch
-from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from rlawm import core
 from rlawm.baselines import RegressionWorldModel, RLARegressor, TokenFlowWorldModel
@@ -47,7 +47,7 @@ class WorldModelModule(L.LightningModule):
         lr: PositiveFloat = 1e-3,
         sample_steps: PositiveInt = 10,
         num_samples: PositiveInt = 8,
-        min_truth_spread: float = 0.05,
+        min_truth_spread: NonNegativeFloat = 0.05,
         noise_seed: NonNegativeInt = 0,
     ):
         super().__init__()
@@ -56,7 +56,14 @@ class WorldModelModule(L.LightningModule):
         self.rla = None
         if method in USES_RLA:
             self.rla = core.RLAAutoencoder(
-                token_dim, tokens, width, depth, heads, latent_tokens, latent_dim, residual,
+                token_dim,
+                tokens,
+                width,
+                depth,
+                heads,
+                latent_tokens,
+                latent_dim,
+                residual,
                 codebook_size,
             )
         shape = (latent_tokens, latent_dim)
@@ -65,7 +72,9 @@ class WorldModelModule(L.LightningModule):
                 token_dim, tokens, action_dim, latent_tokens, latent_dim, width, depth, depth, heads
             )
         elif method == "rla_regression":
-            self.net = RLARegressor(token_dim, tokens, action_dim, latent_tokens, latent_dim, width, depth, heads)
+            self.net = RLARegressor(
+                token_dim, tokens, action_dim, latent_tokens, latent_dim, width, depth, heads
+            )
         elif method == "regression":
             self.net = RegressionWorldModel(token_dim, tokens, action_dim, width, 2 * depth, heads)
         elif method == "token_flow":
@@ -102,13 +111,31 @@ class WorldModelModule(L.LightningModule):
             return self.decode_standardised(x_t, self.net(x_t, chunk))
         return self.decode_standardised(x_t, self.net.sample(x_t, chunk, steps, generator))
 
+    def setup(self, stage: str) -> None:
+        """The data's token grid and action size must be the model's (a pretrained encoder or
+        a real robot sets them; the stand-in's sizes are linked by the CLI)."""
+        data = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if data is None or getattr(data, "world", None) is None:
+            return
+        h = self.hparams
+        tokens, dim = data.token_shape
+        actions = data.world.train_actions.shape[-1]
+        if (tokens, dim) != (h.tokens, h.token_dim) or actions != h.action_dim:
+            raise ValueError(
+                f"the data give {tokens} tokens of {dim} channels and {actions}-d actions, the "
+                f"model expects {h.tokens} x {h.token_dim} and {h.action_dim}-d: set "
+                f"--model.tokens={tokens} --model.token_dim={dim} --model.action_dim={actions}"
+            )
+
     # ------------------------------------------------------------------ training
 
     def in_rla_stage(self) -> bool:
         return self.rla is not None and self.global_step < self.hparams.rla_steps
 
     def configure_optimizers(self):
-        groups = [m for m in (self.rla, self.net) if m is not None and any(True for _ in m.parameters())]
+        groups = [
+            m for m in (self.rla, self.net) if m is not None and any(True for _ in m.parameters())
+        ]
         return [torch.optim.AdamW(m.parameters(), lr=self.hparams.lr) for m in groups]
 
     @torch.no_grad()
@@ -116,7 +143,10 @@ class WorldModelModule(L.LightningModule):
         """Per-dimension mean and std of the frozen encoder's RLA over all training pairs."""
         x_t, x_next, _ = self.trainer.datamodule.pairs()
         z = torch.cat(
-            [self.rla.encode(x_t[i : i + 512], x_next[i : i + 512])[0] for i in range(0, len(x_t), 512)]
+            [
+                self.rla.encode(x_t[i : i + 512], x_next[i : i + 512])[0]
+                for i in range(0, len(x_t), 512)
+            ]
         )
         self.z_mean.copy_(z.mean(0))
         self.z_std.copy_(z.std(0).clamp_min(1e-4))
