@@ -543,16 +543,52 @@ def run_ablations(job) -> dict[str, Any]:
     return out
 
 
-def run_pool(function, jobs: list, workers: int) -> list:
-    if workers <= 1 or len(jobs) <= 1:
-        return [function(job) for job in jobs]
-    context = multiprocessing.get_context("spawn")  # forking after torch started can hang
-    with context.Pool(min(workers, len(jobs))) as pool:
-        return pool.map(function, jobs, chunksize=1)
+JOBS = {"world": None, "fit": None, "uses": None, "ablations": None}  # filled below
+
+
+def run_job(job: tuple[str, tuple]) -> tuple[Any, float]:
+    """One job of any kind in a worker (one torch thread); returns (result, seconds)."""
+    kind, payload = job
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    return JOBS[kind](payload), time.perf_counter() - start
+
+
+class Workers:
+    """A pool of spawned one-thread workers (forking after torch started can hang), or the main
+    process when ``workers`` is 1; ``map`` logs each job as it finishes."""
+
+    def __init__(self, workers: int):
+        self.pool = None
+        if workers > 1:
+            self.pool = multiprocessing.get_context("spawn").Pool(workers)
+        self.start = time.perf_counter()
+
+    def map(self, jobs: list[tuple[str, tuple]]) -> list[Any]:
+        if self.pool is None:
+            done = map(run_job, jobs)
+        else:
+            done = self.pool.imap(run_job, jobs, chunksize=1)
+        results = []
+        for job, (result, seconds) in zip(jobs, done, strict=True):
+            label = " ".join(str(p) for p in job[1][2:5] if not isinstance(p, dict))
+            print(
+                f"[rla-wm reproduce {time.perf_counter() - self.start:6.0f} s] {job[0]} "
+                f"{label}: {seconds:.0f} s",
+                flush=True,
+            )
+            results.append(result)
+        return results
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
 
 
 # ---------------------------------------------------------------------- the experiment
 
+JOBS.update(world=build_world, fit=fit, uses=run_uses, ablations=run_ablations)
 COST = {"pixel": 5, "rla_wm": 3, "rla_regression": 3, "regression": 2, "token_flow": 2}
 
 
@@ -579,52 +615,51 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     settings = dict(spec.settings)
     seeds = list(spec.seeds)
     timings: dict[str, Any] = {}
+    workers = Workers(args.jobs)
     with tempfile.TemporaryDirectory(prefix="rlawm-worlds-") as tmp:
         folder = Path(tmp)
-        worlds = run_pool(build_world, [(settings, folder, s) for s in seeds], args.jobs)
-        timings["world_build_s"] = dict(zip(seeds, worlds, strict=True))
+        first, later = seeds[0], seeds[1:]
         grid = tuning_grids(spec.tuning, spec.subjects)
-        first = seeds[0]
         tuning_jobs = [
-            (settings, folder, subject, lr, first)
+            ("fit", (settings, folder, subject, params["lr"], first))
             for subject in TRAINED
-            for lr in [p["lr"] for p in grid[subject]]
+            for params in grid[subject]
         ]
-        tuning_jobs.sort(key=lambda j: -COST[j[2]])
-        fitted = {
-            (j[2], j[3], j[4]): r
-            for j, r in zip(tuning_jobs, run_pool(fit, tuning_jobs, args.jobs), strict=True)
-        }
+        tuning_jobs.sort(key=lambda j: -COST[j[1][2]])
+        # the first world, then the tuning runs beside the other worlds (longest jobs first)
+        world_jobs = [("world", (settings, folder, s)) for s in seeds]
+        worlds = workers.map(world_jobs[:2])
+        second = tuning_jobs[:2] + world_jobs[2:] + tuning_jobs[2:]
+        done = list(zip(second, workers.map(second), strict=True))
+        worlds += [r for j, r in done if j[0] == "world"]
+        tuned = [r for j, r in done if j[0] == "fit"]  # in the order of tuning_jobs
+        timings["world_build_s"] = dict(zip(seeds, worlds, strict=True))
+        fitted = {(j[1][2], j[1][3], j[1][4]): r for j, r in zip(tuning_jobs, tuned, strict=True)}
 
         def validation_score(subject, params, seed):
-            return float(np.mean(fitted[(subject, params["lr"], seed)]["val"]["energy_distance"]))
+            return float(np.mean(fitted[(subject, params["lr"], first)]["val"]["energy_distance"]))
 
-        tuning = (
-            tune(spec, lambda subject, params, seed: validation_score(subject, params, first))
-            if spec.tuning
-            else None
-        )
+        tuning = tune(spec, validation_score) if spec.tuning else None
         best = {s: (tuning.best[s]["lr"] if tuning else 1e-3) for s in TRAINED}
         timings["tuning_s"] = time.perf_counter() - start
-        rest = [(settings, folder, s, best[s], seed) for seed in seeds[1:] for s in TRAINED]
-        rest.sort(key=lambda j: -COST[j[2]])
-        fitted.update(
-            {
-                (j[2], j[3], j[4]): r
-                for j, r in zip(rest, run_pool(fit, rest, args.jobs), strict=True)
-            }
+
+        def uses_job(seed):
+            payload = (settings, folder, seed, fitted[("rla_wm", best["rla_wm"], seed)])
+            return ("uses", (*payload, fitted[("regression", best["regression"], seed)]))
+
+        rest = [("fit", (settings, folder, s, best[s], seed)) for seed in later for s in TRAINED]
+        rest.sort(key=lambda j: -COST[j[1][2]])
+        ablation_job = (
+            "ablations",
+            (settings, folder, first, fitted[("rla_wm", best["rla_wm"], first)]["hparams"]),
         )
+        phase = workers.map([*rest, uses_job(first), ablation_job])
+        fitted.update({(j[1][2], j[1][3], j[1][4]): r for j, r in zip(rest, phase, strict=False)})
+        used = {first: phase[len(rest)]}
+        ablation = phase[len(rest) + 1]
+        used.update(zip(later, workers.map([uses_job(seed) for seed in later]), strict=True))
+        workers.close()
         runs = {(s, seed): fitted[(s, best[s], seed)] for s in TRAINED for seed in seeds}
-        uses_jobs = [
-            (settings, folder, seed, runs[("rla_wm", seed)], runs[("regression", seed)])
-            for seed in seeds
-        ]
-        extra_jobs = [("uses", j) for j in uses_jobs] + [
-            ("ablations", (settings, folder, first, runs[("rla_wm", first)]["hparams"]))
-        ]
-        extra = run_pool(run_extra, extra_jobs, args.jobs)
-        used = dict(zip(seeds, extra[:-1], strict=True))
-        ablation = extra[-1]
         timings["total_training_s"] = time.perf_counter() - start
 
     test_groups = {seed: runs[("rla_wm", seed)]["test_groups"] for seed in seeds}
@@ -661,7 +696,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         return metrics
 
     results = run_seeds(spec, run_one)
-    judgement = judge(spec, results)
+    resamples = 200 if args.quick else 2000  # --quick checks the pipeline, not the intervals
+    judgement = judge(spec, results, n_resamples=resamples)
     details = build_details(runs, used, ablation, seeds, settings, timings, best, test_groups)
     figures = plot_all(out, used, seeds, details)
     (out / "details.json").write_text(json.dumps(details, indent=1, default=float) + "\n")
@@ -677,6 +713,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         evidence=build_evidence(details),
         notes=NOTES,
         figures=[*figures, "details.json"],
+        n_resamples=resamples,
     )
     return {"verdict": judgement.verdict, "results": results, "details": details}
 
@@ -686,11 +723,6 @@ def persistence_scores(groups) -> dict[str, np.ndarray]:
     chunks = groups.tokens.shape[2] - 1
     copies = groups.tokens[:, :1, :1].expand(-1, 1, chunks, -1, -1).contiguous()
     return scores_of(copies, groups)
-
-
-def run_extra(job):
-    kind, payload = job
-    return run_uses(payload) if kind == "uses" else run_ablations(payload)
 
 
 NOTES = (
