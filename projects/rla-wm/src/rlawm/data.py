@@ -25,7 +25,7 @@ from typing import Literal
 import lightning as L
 import numpy as np
 import torch
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import NonNegativeInt, NotEmptyStr, PositiveInt
 from torch.utils.data import DataLoader, IterableDataset
 
 # before any MuJoCo renderer exists (see rlawm.encoder)
@@ -112,7 +112,7 @@ class PushWorldDataModule(L.LightningDataModule):
         self,
         source: Source = "push",
         data_dir: Path | None = None,
-        camera: str = "top",
+        camera: NotEmptyStr = "top",
         encoder_path: Path | None = None,
         token_cache: Path | None = None,
         num_episodes: PositiveInt = 96,
