@@ -56,11 +56,19 @@ def test_vector_quantize_picks_the_nearest_code_with_a_straight_through_gradient
     assert torch.equal(z.grad, torch.ones_like(z))
 
 
+def test_vector_quantize_on_more_tokens_than_channels_and_its_default_beta():
+    codebook = torch.tensor([[0.0, 0.0, 0.0], [6.0, 6.0, 6.0]])
+    z = torch.tensor([[[1.0, 1.0, 1.0], [5.0, 5.0, 5.0]]]).repeat(1, 2, 1)  # [1, 4 tokens, 3]
+    quantised, loss = core.vector_quantize(z, codebook)
+    assert torch.equal(quantised[0, :, 0], torch.tensor([0.0, 6.0, 0.0, 6.0]))
+    assert loss.item() == pytest.approx(1.0 + 0.25 * 1.0)  # every entry is 1 from its code
+
+
 def test_interpolant_and_target_match_the_rectified_flow_closed_form():
-    z, noise = torch.full((2, 3, 4), 2.0), torch.full((2, 3, 4), -1.0)
+    z, noise = torch.full((2, 3, 4), 2.0), torch.full((2, 3, 4), -2.0)
     tau = torch.tensor([0.25, 1.0])
     z_tau = core.flow_interpolant(z, noise, tau)
-    assert torch.allclose(z_tau[0], torch.full((3, 4), 0.75 * -1.0 + 0.25 * 2.0))
+    assert torch.allclose(z_tau[0], torch.full((3, 4), 0.75 * -2.0 + 0.25 * 2.0))
     assert torch.allclose(z_tau[1], z[1])
     assert torch.equal(core.flow_target(z, noise), z - noise)
     assert core.flow_matching_loss(z - noise, z, noise).item() == 0.0
@@ -90,6 +98,17 @@ def test_euler_integrates_a_constant_field_and_counts_its_steps():
         core.euler_sample(field, torch.zeros(1, 2), 0)
 
 
+def test_euler_gives_the_field_tau_in_the_latent_dtype():
+    seen = []
+
+    def field(z, tau):
+        seen.append(tau.dtype)
+        return torch.ones_like(z)
+
+    core.euler_sample(field, torch.zeros(1, 2, dtype=torch.float64), 2)
+    assert seen == [torch.float64, torch.float64]
+
+
 def test_energy_distance_matches_a_hand_count():
     x = torch.tensor([[0.0], [2.0]])
     y = torch.tensor([[1.0]])
@@ -107,6 +126,8 @@ def test_collapse_ratio_matches_a_hand_count():
     assert core.collapse_ratio(collapsed, truth).item() == 0.0
     assert core.collapse_ratio(truth + 7.0, truth).item() == pytest.approx(1.0)
     assert core.collapse_ratio(2 * truth, truth).item() == pytest.approx(2.0)
+    small = truth / 100  # a truth spread below 1 is divided by as it is
+    assert core.collapse_ratio(truth, small).item() == pytest.approx(100.0)
 
 
 def test_untrained_decoder_copies_the_frame_and_gradients_reach_every_part():
@@ -161,6 +182,15 @@ def test_world_model_sampling_is_seeded_and_actions_change_the_condition():
     assert first.shape == (2, 2, 3) and torch.equal(first, again) and not torch.equal(first, other)
     moved = model.sample(x_t, -actions, steps=3, generator=torch.Generator().manual_seed(1))
     assert not torch.allclose(first, moved)
+    # the loss draws both its noise and its tau from the seeded generator (exact resume)
+    z = torch.randn(2, 2, 3)
+    loss = [
+        model.loss(x_t, actions, z, generator=torch.Generator().manual_seed(seed)).item()
+        for seed in (5, 5, 6)
+    ]
+    torch.manual_seed(123)  # the global generator must not matter
+    again = model.loss(x_t, actions, z, generator=torch.Generator().manual_seed(5)).item()
+    assert loss[0] == loss[1] == again and loss[0] != loss[2]
 
 
 def test_world_model_loss_falls_on_a_fixed_batch():
