@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rlawm.data import chunk_pairs
 from rlawm.scene import Hidden
 from rlawm.uses import (
     ChunkPolicy,
-    demo_pairs,
     evaluate_in_simulator,
     evaluation_starts,
     random_policy,
@@ -30,10 +30,10 @@ def test_policies_emit_bounded_chunks_and_the_wam_reads_its_latent():
     assert ChunkPolicy(4, 3, 2, 2, width=8).rla_head is None
 
 
-def test_demo_pairs_cut_every_chunk():
+def test_chunk_pairs_cut_every_chunk():
     tokens = torch.arange(6.0).view(1, 6, 1, 1).expand(2, 6, 1, 1)  # token value = time step
     actions = torch.arange(5.0).view(1, 5, 1).expand(2, 5, 1)
-    x_t, x_next, chunks = demo_pairs(tokens, actions, horizon=2)
+    x_t, x_next, chunks = chunk_pairs(tokens, actions, horizon=2)
     assert len(x_t) == 2 * 4
     assert torch.equal(x_next - x_t, torch.full_like(x_t, 2.0))
     assert torch.equal(chunks[:, 0, 0], x_t[:, 0, 0])  # the chunk starts at x_t's step

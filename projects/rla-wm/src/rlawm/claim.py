@@ -39,7 +39,7 @@ from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # 
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from rlawm import core, uses  # noqa: E402
 from rlawm.cli import RLACLI  # noqa: E402
-from rlawm.data import PushWorldDataModule, encode  # noqa: E402
+from rlawm.data import PushWorldDataModule, chunk_pairs, encode  # noqa: E402
 from rlawm.evaluate import oracle_rollouts, predict_rollouts, score_rollouts  # noqa: E402
 from rlawm.model import WorldModelModule  # noqa: E402
 from rlawm.pixel import (  # noqa: E402
@@ -98,7 +98,6 @@ def cache_of(folder: Path, seed: int) -> Path:
 
 def build_world(job) -> float:
     settings, folder, seed = job
-    torch.set_num_threads(1)
     start = time.perf_counter()
     datamodule(settings, cache_of(folder, seed), seed)
     return time.perf_counter() - start
@@ -127,7 +126,6 @@ def fit_token_model(job) -> dict[str, Any]:
     """Train one token-space world model through the real CLI, then score it on validation and
     test (and, for RLA-WM, the shuffled-action and oracle controls and the diagnostics)."""
     settings, folder, subject, lr, seed = job
-    torch.set_num_threads(1)
     start = time.perf_counter()
     ae = settings["ae_steps"] if subject in ("rla_wm", "rla_regression") else 0
     cli = quiet_fit(
@@ -233,19 +231,14 @@ def fit_pixel(job) -> dict[str, Any]:
     roll it out from the test groups' start frames and encode its frames with the frozen
     encoder."""
     settings, folder, subject, lr, seed = job
-    torch.set_num_threads(1)
     torch.manual_seed(seed)
     data = datamodule(settings, cache_of(folder, seed), seed)
     world, h = data.world, data.hparams.horizon
-    pairs = []
-    for frames, masks, actions in (
-        (world.train_frames, world.train_masks, world.train_actions),
-        (world.demo_frames, world.demo_masks, world.demo_actions),
-    ):
-        images = masked_frames(frames, masks)  # [E, T+1, 3, H, W]
-        for t in range(actions.shape[1] - h + 1):
-            pairs.append((images[:, t], images[:, t + h], actions[:, t : t + h]))
-    current, future, chunks = (torch.cat(p) for p in zip(*pairs, strict=True))
+    train = chunk_pairs(
+        masked_frames(world.train_frames, world.train_masks), world.train_actions, h
+    )
+    demos = chunk_pairs(masked_frames(world.demo_frames, world.demo_masks), world.demo_actions, h)
+    current, future, chunks = (torch.cat(parts) for parts in zip(train, demos, strict=True))
     model = PixelDiffusionWM(
         frame_size=data.hparams.image_size,
         chunk_len=h,
@@ -308,7 +301,6 @@ def run_uses(job) -> dict[str, Any]:
     """The world action model against BC, and policies trained inside RLA-WM and inside the
     regression model, all judged in the simulator from the same seeded starts."""
     settings, folder, seed, rla_payload, regression_payload = job
-    torch.set_num_threads(1)
     torch.manual_seed(seed)
     data = datamodule(settings, cache_of(folder, seed), seed)
     world, h = data.world, data.hparams.horizon
@@ -316,8 +308,8 @@ def run_uses(job) -> dict[str, Any]:
     tokens, dim = world.demo_tokens.shape[-2:]
     action_dim = world.demo_actions.shape[-1]
     labelled = settings["labelled_demos"]
-    all_pairs = uses.demo_pairs(world.demo_tokens, world.demo_actions, h)
-    labelled_pairs = uses.demo_pairs(world.demo_tokens[:labelled], world.demo_actions[:labelled], h)
+    all_pairs = chunk_pairs(world.demo_tokens, world.demo_actions, h)
+    labelled_pairs = chunk_pairs(world.demo_tokens[:labelled], world.demo_actions[:labelled], h)
     out: dict[str, Any] = {"curves": {}, "moved": {}}
 
     def new_policy(latent: bool) -> uses.ChunkPolicy:
@@ -486,7 +478,6 @@ def run_ablations(job) -> dict[str, Any]:
     [x_t ; x_{t+h}], and 1 / 4 / 8 latent tokens (L1 with the true RLA and with z = 0 on the test
     groups); and the feature-to-pixel decoder for PSNR / SSIM."""
     settings, folder, seed, hparams = job
-    torch.set_num_threads(1)
     data = datamodule(settings, cache_of(folder, seed), seed)
     world = data.world
     x_t, x_next, _ = data.pairs()
@@ -543,9 +534,6 @@ def run_ablations(job) -> dict[str, Any]:
     return out
 
 
-JOBS = {"world": None, "fit": None, "uses": None, "ablations": None}  # filled below
-
-
 def run_job(job: tuple[str, tuple]) -> tuple[Any, float]:
     """One job of any kind in a worker (one torch thread); returns (result, seconds)."""
     kind, payload = job
@@ -588,7 +576,7 @@ class Workers:
 
 # ---------------------------------------------------------------------- the experiment
 
-JOBS.update(world=build_world, fit=fit, uses=run_uses, ablations=run_ablations)
+JOBS = {"world": build_world, "fit": fit, "uses": run_uses, "ablations": run_ablations}
 COST = {"pixel": 5, "rla_wm": 3, "rla_regression": 3, "regression": 2, "token_flow": 2}
 
 
@@ -608,7 +596,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     spec = load_claim_spec(
         CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
     )
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # one thread per process on the 2-core machine
     start = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -205,18 +205,10 @@ class PushWorldDataModule(L.LightningDataModule):
 
     def pairs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every (x_t, x_{t+h}, a_{t:t+h}) of the training episodes and demonstrations."""
-        h = self.hparams.horizon
-        x_t, x_next, chunks = [], [], []
-        for tokens, actions in (
-            (self.world.train_tokens, self.world.train_actions),
-            (self.world.demo_tokens, self.world.demo_actions),
-        ):
-            steps = actions.shape[1]
-            for t in range(steps - h + 1):
-                x_t.append(tokens[:, t])
-                x_next.append(tokens[:, t + h])
-                chunks.append(actions[:, t : t + h])
-        return torch.cat(x_t), torch.cat(x_next), torch.cat(chunks)
+        h, w = self.hparams.horizon, self.world
+        train = chunk_pairs(w.train_tokens, w.train_actions, h)
+        demos = chunk_pairs(w.demo_tokens, w.demo_actions, h)
+        return tuple(torch.cat(parts) for parts in zip(train, demos, strict=True))
 
     def train_dataloader(self):
         # resumed runs restart the stream where they stopped (global_step is restored first)
@@ -229,6 +221,17 @@ class PushWorldDataModule(L.LightningDataModule):
 
     def test_dataloader(self):
         return DataLoader([self.world.test], batch_size=None, collate_fn=lambda x: x)
+
+
+def chunk_pairs(sequences: torch.Tensor, actions: torch.Tensor, horizon: int):
+    """Every (x_t, x_{t+h}, a_{t:t+h}) of episodes [E, T+1, ...] with actions [E, T, A], in
+    (t, episode) order: three tensors of E * (T - h + 1) items."""
+    starts = range(actions.shape[1] - horizon + 1)
+    return (
+        torch.cat([sequences[:, t] for t in starts]),
+        torch.cat([sequences[:, t + horizon] for t in starts]),
+        torch.cat([actions[:, t : t + horizon] for t in starts]),
+    )
 
 
 # ---------------------------------------------------------------------- the push miniature

@@ -71,15 +71,6 @@ class ChunkPolicy(nn.Module):
         return torch.tanh(self.action_head(h)).view(-1, *self.chunk_shape)
 
 
-def demo_pairs(tokens: torch.Tensor, actions: torch.Tensor, horizon: int):
-    """Every (x_t, x_{t+h}, a_{t:t+h}) of demonstrations [D, T+1, L, C] / [D, T, A]."""
-    steps = actions.shape[1]
-    x_t = torch.cat([tokens[:, t] for t in range(steps - horizon + 1)])
-    x_next = torch.cat([tokens[:, t + horizon] for t in range(steps - horizon + 1)])
-    chunks = torch.cat([actions[:, t : t + horizon] for t in range(steps - horizon + 1)])
-    return x_t, x_next, chunks
-
-
 def train_chunk_policy(
     policy: ChunkPolicy,
     labelled: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
