@@ -341,10 +341,17 @@ def reproduce_parser(description: str, *, project_file: str | Path) -> argparse.
 
     ``--quick``: a seconds-long run of the same pipeline (tests use it); ``--seed`` / ``--seeds``;
     ``--out``: where ``claim.json``, ``claim.md`` and plots go (default: the project's results/,
-    or results/quick/ for a quick run, which git ignores).
+    or results/quick/ for a quick run, which git ignores). ``--replicate``: judge the same checks
+    on the spec's replication seeds and add that judgement to the record (claim protocol v3).
+    ``--allow-dirty``: write a non-quick record from a tree with uncommitted changes (recorded).
+    ``--jobs``, ``--fresh``, ``--scheduler``: the shared job runner (``papers_eval.jobs``): worker
+    processes, ignore the cache of finished jobs, or send the jobs to a Dask scheduler.
     """
     results = project_dir_of(project_file) / "results"
-    parser = _ReproduceParser(prog="reproduce", description=description, results=results)
+    # "resolve": a project that still declares its own --jobs keeps working until it moves over.
+    parser = _ReproduceParser(
+        prog="reproduce", description=description, results=results, conflict_handler="resolve"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny budget, same pipeline")
     parser.add_argument("--seed", type=int, default=0, help="seed of a single-seed run")
     parser.add_argument("--seeds", type=int, nargs="+", help="several seeds (overrides --seed)")
@@ -354,5 +361,30 @@ def reproduce_parser(description: str, *, project_file: str | Path) -> argparse.
         default=None,
         help="output folder for claim.json, claim.md and plots "
         "(default: results/, or results/quick/ with --quick)",
+    )
+    parser.add_argument(
+        "--replicate",
+        action="store_true",
+        help="also judge the checks on the replication seeds of configs/claim.yaml",
+    )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write a full record from a tree with uncommitted changes (the record says so)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes, one torch thread each (default: the project's choice)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="ignore the cache of finished jobs under runs/"
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="send the jobs to a Dask scheduler, e.g. tcp://HOST:8786 (see papers-eval's README)",
     )
     return parser
