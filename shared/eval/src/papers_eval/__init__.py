@@ -7,7 +7,14 @@ The claim protocol (``claim``, ``tuning``, ``claim_record``):
 - ``run_seeds`` / ``judge``: per-seed results, then every check applied to the method and to each
   control, with intervals over seeds and test items; the verdict is ``held``, ``did not hold`` or
   ``not shown`` (a control misbehaved). Nobody types a verdict.
-- ``write_claim`` / ``load_claim``: ``results/claim.json`` (schema 2) and ``claim.md``.
+- ``write_claim`` / ``load_claim``: ``results/claim.json`` (schema 3; schema 2 still loads,
+  marked protocol v2) and ``claim.md``; ``Replication`` (``reproduce --replicate``: the same
+  checks on disjoint seeds), ``combined_verdict`` (held / held, not replicated / did not hold /
+  mixed / not shown).
+- ``diagnosis`` (``finding``, ``attach_diagnosis``): why a verdict is not held, citing the
+  record's numbers. ``papers_eval.mechanism`` (imported on its own: it loads Lightning):
+  gradient shares of named loss terms, "did it move / change its input", budget evidence.
+- ``papers_eval.jobs``: the shared job runner of every claim run.
 
 Also: ``contrast_interval`` and ``bootstrap_ci`` (intervals), ``markdown_table``, ``pareto_front``,
 ``line_plot`` / ``pareto_plot`` (PNG figures), and the schema-1 ``write_results`` /
@@ -16,6 +23,8 @@ Also: ``contrast_interval`` and ``bootstrap_ci`` (intervals), ``markdown_table``
 
 from papers_eval.claim import (
     MIN_SEEDS,
+    PROTOCOL,
+    SEED_SET_VERDICTS,
     VERDICTS,
     Check,
     CheckOutcome,
@@ -24,6 +33,7 @@ from papers_eval.claim import (
     Control,
     ControlOutcome,
     Judgement,
+    combined_verdict,
     judge,
     load_claim_spec,
     run_seeds,
@@ -32,11 +42,15 @@ from papers_eval.claim import (
 from papers_eval.claim_record import (
     CLAIM_FIELDS,
     SCHEMA_VERSION,
+    V3_FIELDS,
     RecordSchemaError,
+    Replication,
+    attach_diagnosis,
     load_claim,
     render_markdown,
     write_claim,
 )
+from papers_eval.diagnosis import CAUSES, Cite, DiagnosisError, Finding, finding
 from papers_eval.plots import line_plot, pareto_plot
 from papers_eval.record import (
     RESULTS_FIELDS,
@@ -51,7 +65,18 @@ from papers_eval.table import format_value, markdown_table
 from papers_eval.tuning import TuningResult, tune, tuning_grids
 
 __all__ = [
+    "CAUSES",
     "CLAIM_FIELDS",
+    "PROTOCOL",
+    "SEED_SET_VERDICTS",
+    "V3_FIELDS",
+    "Cite",
+    "DiagnosisError",
+    "Finding",
+    "Replication",
+    "attach_diagnosis",
+    "combined_verdict",
+    "finding",
     "MIN_SEEDS",
     "RESULTS_FIELDS",
     "SCHEMA_VERSION",

@@ -30,6 +30,23 @@ A project pre-registers its claim in ``configs/claim.yaml``::
     settings: {max_epochs: 20}       # budgets: recorded with the run
     quick: {seeds: [0], settings: {max_epochs: 2}}   # overrides for --quick
 
+Protocol v3 (``protocol: 3`` at the top of the file) adds, and then requires:
+
+    replication: {seeds: [10, 11, 12]}   # disjoint from `seeds`; `reproduce --replicate`
+    controls:
+      negative: [{name: untrained, why: ...}]
+      positive:                          # kind: oracle or in_family; pipeline: model or bypass
+        - {name: true_weights_fit, kind: oracle, pipeline: model, why: ...}
+      ceiling: [{name: true_latent, why: ...}]   # reported beside the method, never judged
+
+An ``oracle`` has privileged information but the SAME estimator, training and evaluation code as
+the method (the fit on the true event times, not the true parameters); an ``in_family`` control
+is the best member of the method's own hypothesis family, found with information the method
+lacks. ``pipeline: bypass`` (it skips the project's model code) is refused unless
+``pipeline_why`` says how it still exercises the pipeline the method runs through. A file without
+``protocol: 3`` is a protocol-2 spec: it still loads (kinds and replication optional) and its
+record is marked "protocol v2".
+
 A check passes for a subject (the method or a control) when its whole confidence interval lies
 on the good side: for ``goal: higher`` the advantage ``subject - ratio * reference - margin``
 (or ``subject - threshold - margin``) must have a lower bound above 0; ``goal: lower`` flips the
@@ -41,11 +58,17 @@ reported. Checks always use the interval. The verdict (``judge``) is
   problem the claim is about), or a negative control passes every check it is judged on, or a
   positive control fails one: the miniature cannot tell a working mechanism from a broken one;
 - otherwise ``held`` when the method passes every check, ``did not hold`` when it does not.
+
+With a replication (``combined_verdict``): both judgements alike give that verdict, ``held`` on
+the registered seeds and ``did not hold`` on the replication seeds (or the reverse) give
+``mixed``, a ``not shown`` on either gives ``not shown``. A ``held`` whose replication was not
+run is recorded as ``held, not replicated``.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -64,8 +87,16 @@ from papers_eval.stats import (
 )
 from papers_eval.tuning import tuning_grids
 
-VERDICTS = ("held", "did not hold", "not shown")
+VERDICTS = ("held", "held, not replicated", "did not hold", "mixed", "not shown")
+SEED_SET_VERDICTS = ("held", "did not hold", "not shown")  # one judgement on one seed set
 MIN_SEEDS = 3
+PROTOCOL = 3  # the claim protocol this papers_eval implements (specs may still say 2)
+CONTROL_KINDS = {
+    "negative": ("negative",),
+    "positive": ("oracle", "in_family"),
+    "ceiling": ("ceiling",),
+}
+PIPELINES = ("model", "bypass")
 
 # metric -> per-seed values, for one subject; subject -> that, for a whole run
 SubjectResults = Mapping[str, PerSeed]
@@ -113,12 +144,25 @@ class Check:
 @dataclass(frozen=True)
 class Control:
     """A negative control must fail, a positive control must pass, the checks it is judged on
-    (all of them unless ``checks`` names a subset)."""
+    (all of them unless ``checks`` names a subset); a ceiling is reported and never judged.
+
+    ``kind``: ``negative``, ``oracle`` or ``in_family`` (positive), ``ceiling``; empty in a
+    protocol-2 spec. ``pipeline``: ``model`` when the control runs through the project's model,
+    training and evaluation code like the method, ``bypass`` when it does not (then
+    ``pipeline_why`` says how it still exercises the method's pipeline).
+    """
 
     name: str
-    role: Literal["negative", "positive"]
+    role: Literal["negative", "positive", "ceiling"]
     why: str
     checks: tuple[str, ...]
+    kind: str = ""
+    pipeline: str = ""
+    pipeline_why: str = ""
+
+    @property
+    def judged(self) -> bool:
+        return self.role != "ceiling"
 
 
 @dataclass(frozen=True)
@@ -138,6 +182,28 @@ class ClaimSpec:
     source: str = ""
     preconditions: tuple[Check, ...] = ()
     started_at_revision: str = ""  # the code's git revision when the run read its spec
+    protocol: int = 2  # 3 when the file says ``protocol: 3``
+    replication_seeds: tuple[int, ...] = ()
+    replicating: bool = False  # this spec judges the replication seeds (``for_replication``)
+    allow_dirty: bool = False  # the run was allowed to start from uncommitted changes
+    spec_sha256: str = ""  # of the file's text: a changed spec is a re-specification
+
+    def for_replication(self) -> ClaimSpec:
+        """The same checks, controls, tuning rule and budgets on the replication seeds."""
+        if not self.replication_seeds:
+            raise ClaimSpecError(
+                f"{self.source}: --replicate needs `replication: {{seeds: [...]}}` (seeds "
+                "disjoint from `seeds`)"
+            )
+        return replace(self, seeds=self.replication_seeds, replicating=True)
+
+    @property
+    def judged_controls(self) -> tuple[Control, ...]:
+        return tuple(c for c in self.controls if c.judged)
+
+    @property
+    def ceilings(self) -> tuple[Control, ...]:
+        return tuple(c for c in self.controls if not c.judged)
 
     @property
     def subjects(self) -> tuple[str, ...]:
@@ -164,6 +230,8 @@ class ClaimSpec:
             "checks": [asdict(c) | {"text": c.describe()} for c in self.checks],
             "preconditions": [asdict(c) | {"text": c.describe()} for c in self.preconditions],
             "seeds": list(self.seeds),
+            "replication_seeds": list(self.replication_seeds),
+            "protocol": self.protocol,
             "quick": self.quick,
             "confidence": self.confidence,
             "tuning": dict(self.tuning),
@@ -179,22 +247,32 @@ def load_claim_spec(
     metrics: Iterable[str],
     quick: bool = False,
     seeds: Sequence[int] | None = None,
+    allow_dirty: bool = False,
+    args: Any = None,
 ) -> ClaimSpec:
     """Read and validate ``configs/claim.yaml`` before anything trains.
 
     ``subjects``: every name the project can run (method, baselines, controls); ``metrics``: every
     metric it computes. ``quick`` applies the file's ``quick:`` overrides; ``seeds`` (from
-    ``--seeds``) replaces the file's. Raises ``ClaimSpecError`` naming the problem: an unknown
-    method or metric, a missing negative or positive control, fewer than 3 seeds outside
-    ``--quick``, a malformed check.
+    ``--seeds``) replaces the file's. ``args``: the parsed ``reproduce`` flags (papers_cli's
+    ``reproduce_parser``), read for ``quick``, ``seeds`` and ``allow_dirty`` in place of the
+    keywords. Raises ``ClaimSpecError`` naming the problem: an unknown method or metric, a
+    missing negative or positive control, fewer than 3 seeds outside ``--quick``, a malformed
+    check, a protocol-3 rule broken, or (outside ``--quick``, without ``allow_dirty``) a
+    repository with uncommitted changes: a record must name the code that produced it.
     """
+    if args is not None:
+        quick = bool(getattr(args, "quick", quick))
+        seeds = getattr(args, "seeds", seeds)
+        allow_dirty = bool(getattr(args, "allow_dirty", allow_dirty))
     path = Path(path)
     if not path.is_file():
         raise ClaimSpecError(
             f"{path} is missing: every reproduce pre-registers its checks and controls there."
         )
+    text = path.read_text()
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
         raise ClaimSpecError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(raw, dict):
@@ -207,7 +285,19 @@ def load_claim_spec(
     spec = _parse_spec(raw, str(path), set(subjects), set(metrics), quick)
     # The code a run measures is the code it started with: record that revision now, not when
     # the record is written (a commit made during a long run would otherwise label it).
-    return replace(spec, started_at_revision=code_revision(path))
+    revision = code_revision(path)
+    if revision.endswith("+dirty") and not quick and not allow_dirty:
+        raise ClaimSpecError(
+            f"the repository holding {path} has uncommitted changes ({revision}): a claim record "
+            "must name the code that produced it. Commit first, or pass --allow-dirty (the "
+            "record and the papers table then say so)."
+        )
+    return replace(
+        spec,
+        started_at_revision=revision,
+        allow_dirty=allow_dirty and revision.endswith("+dirty"),
+        spec_sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
 
 
 def code_revision(spec_path: str | Path) -> str:
@@ -234,12 +324,18 @@ def _parse_spec(
         "tuning",
         "settings",
         "precondition",
+        "protocol",
+        "replication",
     }
     if unknown_keys:
         raise fail(f"unknown keys {sorted(unknown_keys)}")
     for key in ("claim", "method", "checks", "controls", "seeds"):
         if not raw.get(key):
             raise fail(f"'{key}' is missing or empty")
+    protocol = raw.get("protocol", 2)
+    if protocol not in (2, PROTOCOL):
+        raise fail(f"protocol must be 2 or {PROTOCOL}, got {protocol!r}")
+    v3 = protocol == PROTOCOL
 
     def known(name: Any, what: str) -> str:
         if name not in known_subjects:
@@ -306,43 +402,44 @@ def _parse_spec(
 
     controls = []
     declared = raw["controls"]
-    if not isinstance(declared, dict) or set(declared) - {"negative", "positive"}:
-        raise fail("'controls' must map 'negative' and 'positive' to lists of controls")
-    for role in ("negative", "positive"):
+    if not isinstance(declared, dict) or set(declared) - set(CONTROL_KINDS):
+        raise fail("'controls' must map 'negative', 'positive' (and 'ceiling') to lists")
+    for role in CONTROL_KINDS:
         entries = declared.get(role) or []
-        if not entries:
+        if not entries and role != "ceiling":
             kind = (
                 "a mechanism-free variant that must fail"
                 if role == "negative"
-                else ("an oracle or known-good variant that must pass")
+                else ("an oracle or in-family variant that must pass")
             )
             raise fail(f"no {role} control: add {kind} the checks")
         for entry in entries:
             entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-            control_checks = tuple(entry.get("checks") or names)
-            missing = set(control_checks) - set(names)
-            if missing:
-                raise fail(f"control '{entry.get('name')}' names unknown checks {sorted(missing)}")
-            controls.append(
-                Control(
-                    name=known(entry.get("name"), f"{role} control"),
-                    role=role,
-                    why=str(entry.get("why", "")),
-                    checks=control_checks,
-                )
-            )
+            controls.append(_parse_control(entry, role, names, v3, known, fail))
     if method in {c.name for c in controls}:
         raise fail(f"the method '{method}' cannot also be a control")
+    if len({c.name for c in controls}) != len(controls):
+        raise fail(f"a control is declared twice: {[c.name for c in controls]}")
 
-    seeds = raw["seeds"]
-    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
-        raise fail(f"'seeds' must be a list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise fail(f"seeds repeat: {seeds}")
+    seeds = _seed_list(raw["seeds"], "seeds", fail)
     if not quick and len(seeds) < MIN_SEEDS:
         raise fail(
             f"a claim run needs at least {MIN_SEEDS} seeds, got {seeds} (only --quick "
             "may use fewer)"
+        )
+    replication = raw.get("replication") or {}
+    if not isinstance(replication, dict) or set(replication) - {"seeds"}:
+        raise fail("'replication' must be a mapping with one key, seeds: [...]")
+    replication_seeds = _seed_list(replication.get("seeds") or [], "replication seeds", fail)
+    if v3 and not quick and len(replication_seeds) < MIN_SEEDS:
+        raise fail(
+            f"protocol 3 needs `replication: {{seeds: [...]}}` with at least {MIN_SEEDS} seeds "
+            f"disjoint from `seeds`, got {replication_seeds}"
+        )
+    if set(replication_seeds) & set(seeds):
+        raise fail(
+            f"replication seeds {replication_seeds} overlap the seeds {seeds}: a replication "
+            "judges seeds the registered run did not see"
         )
     try:
         tuning_grids(raw.get("tuning") or {}, {method, *baselines, *(c.name for c in controls)})
@@ -364,6 +461,76 @@ def _parse_spec(
         settings=raw.get("settings") or {},
         source=source,
         preconditions=tuple(preconditions),
+        protocol=protocol,
+        replication_seeds=tuple(replication_seeds),
+    )
+
+
+def _seed_list(seeds: Any, what: str, fail: Callable[[str], ClaimSpecError]) -> list[int]:
+    if not isinstance(seeds, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seeds
+    ):
+        raise fail(f"'{what}' must be a list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise fail(f"{what} repeat: {seeds}")
+    return seeds
+
+
+def _parse_control(
+    entry: dict,
+    role: str,
+    check_names: list[str],
+    v3: bool,
+    known: Callable[[Any, str], str],
+    fail: Callable[[str], ClaimSpecError],
+) -> Control:
+    """One entry of ``controls.<role>``; protocol 3 requires a kind, a reason, and for a positive
+    control the pipeline it runs through."""
+    name = entry.get("name")
+    extra = set(entry) - {"name", "why", "checks", "kind", "pipeline", "pipeline_why"}
+    if extra:
+        raise fail(f"control '{name}' has unknown keys {sorted(extra)}")
+    control_checks = tuple(entry.get("checks") or check_names)
+    missing = set(control_checks) - set(check_names)
+    if missing:
+        raise fail(f"control '{name}' names unknown checks {sorted(missing)}")
+    kinds = CONTROL_KINDS[role]
+    kind = entry.get("kind") or (kinds[0] if len(kinds) == 1 else "")
+    if kind and kind not in kinds:
+        raise fail(f"{role} control '{name}' has kind '{kind}'; a {role} control is one of {kinds}")
+    why = str(entry.get("why", "")).strip()
+    pipeline = entry.get("pipeline") or ""
+    pipeline_why = str(entry.get("pipeline_why", "")).strip()
+    if pipeline and pipeline not in PIPELINES:
+        raise fail(f"control '{name}': pipeline must be one of {PIPELINES}, got {pipeline!r}")
+    if v3 and role == "positive":
+        if not kind:
+            raise fail(
+                f"positive control '{name}' needs kind: oracle (privileged information, the "
+                "method's own estimator, training and evaluation code) or in_family (the best "
+                "member of the method's own family, found with information the method lacks)"
+            )
+        if not why:
+            raise fail(f"positive control '{name}' needs a `why`: what makes it a {kind}")
+        if not pipeline:
+            raise fail(
+                f"positive control '{name}' needs pipeline: model (it runs through the "
+                "project's model, training and evaluation code like the method) or bypass"
+            )
+        if pipeline == "bypass" and not pipeline_why:
+            raise fail(
+                f"positive control '{name}' bypasses the project's model code: a control that "
+                "passes by construction proves nothing about the miniature. Route it through "
+                "the model, or say in `pipeline_why` how it exercises the method's pipeline"
+            )
+    return Control(
+        name=known(name, f"{role} control"),
+        role=role,
+        why=why,
+        checks=control_checks,
+        kind=kind,
+        pipeline=pipeline,
+        pipeline_why=pipeline_why,
     )
 
 
@@ -396,6 +563,7 @@ class ControlOutcome:
     role: str
     passed_its_checks: bool
     behaved: bool  # a negative control failed, a positive control passed
+    kind: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -409,6 +577,7 @@ class Judgement:
     outcomes: Mapping[str, Mapping[str, CheckOutcome]]  # subject -> check -> outcome
     controls: tuple[ControlOutcome, ...]
     preconditions: Mapping[str, CheckOutcome] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
 
     @property
     def precondition_met(self) -> bool:
@@ -427,6 +596,7 @@ def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judg
         check.name: check_outcome(spec, check, check.subject, results, n_resamples=n_resamples)
         for check in spec.preconditions
     }
+    # Ceilings get outcomes too (reported beside the method), but never enter the verdict.
     judged = [spec.method, *(c.name for c in spec.controls)]
     outcomes = {
         subject: {
@@ -437,10 +607,10 @@ def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judg
     }
     method_passed = all(o.passed for o in outcomes[spec.method].values())
     controls = []
-    for control in spec.controls:
+    for control in spec.judged_controls:
         passed = all(outcomes[control.name][name].passed for name in control.checks)
         behaved = passed if control.role == "positive" else not passed
-        controls.append(ControlOutcome(control.name, control.role, passed, behaved))
+        controls.append(ControlOutcome(control.name, control.role, passed, behaved, control.kind))
     misbehaved = [c for c in controls if not c.behaved]
     unmet = [c for c in spec.preconditions if not preconditions[c.name].passed]
     if unmet:
@@ -466,7 +636,33 @@ def judge(spec: ClaimSpec, results: Results, *, n_resamples: int = 2000) -> Judg
         failed = [n for n, o in outcomes[spec.method].items() if not o.passed]
         verdict = "did not hold"
         reason = f"the method failed {', '.join(failed)}; the controls behaved"
-    return Judgement(verdict, reason, method_passed, outcomes, tuple(controls), preconditions)
+    return Judgement(
+        verdict, reason, method_passed, outcomes, tuple(controls), preconditions, spec.seeds
+    )
+
+
+def combined_verdict(main: Judgement, replication: Judgement | None) -> tuple[str, str]:
+    """The record's verdict from the registered seeds' judgement and the replication's.
+
+    ``not shown`` on either seed set wins (the miniature could not decide there); two alike give
+    that verdict; ``held`` against ``did not hold`` is ``mixed``: a verdict that flips with the
+    seed set is not a finding. Without a replication, ``held`` reads ``held, not replicated``.
+    """
+    if replication is None:
+        if main.verdict == "held":
+            return "held, not replicated", main.reason + " (replication not run)"
+        return main.verdict, main.reason + " (replication not run)"
+    seeds = f"replication seeds {list(replication.seeds)}"
+    if main.verdict == replication.verdict:
+        return main.verdict, f"{main.reason}; the same on the {seeds}"
+    if "not shown" in (main.verdict, replication.verdict):
+        where = "registered seeds" if main.verdict == "not shown" else seeds
+        reason = main.reason if main.verdict == "not shown" else replication.reason
+        return "not shown", f"not shown on the {where}: {reason}"
+    return "mixed", (
+        f"{main.verdict} on the registered seeds {list(main.seeds)} ({main.reason}) but "
+        f"{replication.verdict} on the {seeds} ({replication.reason})"
+    )
 
 
 def check_outcome(
