@@ -342,7 +342,7 @@ def test_per_item_values_get_the_wider_of_the_bootstrap_and_the_t_interval():
     agreeing = [a - a.mean() + 0.5 + 1e-6 * i for i, a in enumerate(spread)]
     wide = contrast_interval([(1.0, agreeing)], n_resamples=400)
     narrow = contrast_interval([(1.0, [float(a.mean()) for a in agreeing])])
-    assert wide.method == "two-stage bootstrap"
+    assert wide.method == "item bootstrap"
     assert wide.high - wide.low > 100 * (narrow.high - narrow.low)
 
 

@@ -10,14 +10,15 @@ measurements (one method's mean, or a difference between methods):
   rate for normal seed-to-seed variation. When the seeds do not vary at all there is no interval
   (``NO_SEED_VARIATION``): a metric the seed cannot move is not evidence that it would hold on
   another seed, so a check on it fails (claim protocol v3).
-- values per item: the wider of two intervals (protocol v3). (a) A two-stage percentile bootstrap,
-  resampling seeds, then items within each resampled seed; when methods share a seed's test items
-  (same count, same order), a paired comparison resamples the same item indices for every method,
-  so what the items have in common cancels. (b) A Student-t interval on the per-seed means (paired:
-  on the per-seed contrasts). Alone, (a) is miscalibrated both ways: it counts item noise twice
-  when items dominate (coverage 0.99 at a nominal 0.95) and treats three seeds as the population
-  when seeds dominate (coverage 0.82). (b) is exact for normal per-seed means in both regimes; the
-  bootstrap can still be the wider one when a few items are extreme. The coverage harness in
+- values per item: the wider of two intervals (protocol v3). (a) A stratified item bootstrap:
+  the seeds stay fixed and the items are resampled within each seed; when methods share a seed's
+  test items (same count, same order), a paired comparison resamples the same item indices for
+  every method, so what the items have in common cancels. (b) A Student-t interval on the
+  per-seed means (paired: on the per-seed contrasts). (b) is exact for normal per-seed means and
+  carries the seed-to-seed variation; (a) guards against a few extreme items the three seed
+  means hide. The earlier two-stage bootstrap (seeds resampled, then items) was miscalibrated
+  both ways: it counted item noise twice when items dominate (coverage 0.99 at a nominal 0.95)
+  and treated three seeds as the population when seeds dominate (0.82). The coverage harness in
   ``tests/test_coverage.py`` measures the combination in both regimes.
 """
 
@@ -43,7 +44,7 @@ class Interval:
     estimate: float
     low: float
     high: float
-    method: str  # "t over seeds", "two-stage bootstrap", "t over seed means", or no interval
+    method: str  # "t over seeds", "item bootstrap", "t over seed means", or no interval
     paired: bool
     n_seeds: int
     n_items: int  # fewest items on any seed (1 when each seed gives one value)
@@ -111,15 +112,15 @@ def contrast_interval(
     rng = np.random.default_rng(seed)
     if paired:
         stacked = [np.stack([g[s] for g in groups], axis=1) for s in range(n_seeds)]  # [n_s, K]
-        draws = _two_stage_means(stacked, rng, n_resamples) @ coefficients
+        draws = _item_bootstrap_means(stacked, rng, n_resamples) @ coefficients
     else:
         draws = sum(
-            c * _two_stage_means([a[:, None] for a in g], rng, n_resamples)[:, 0]
+            c * _item_bootstrap_means([a[:, None] for a in g], rng, n_resamples)[:, 0]
             for c, g in zip(coefficients, groups, strict=True)
         )
     alpha = (1 - confidence) / 2
     low, high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
-    method = "two-stage bootstrap"
+    method = "item bootstrap"
     if n_seeds >= 2 and (t_high - t_low) > (high - low):
         low, high, method = t_low, t_high, "t over seed means"
     return Interval(estimate, low, high, method, paired, n_seeds, n_items)
@@ -144,17 +145,15 @@ def _t_interval(
     return float(centre - half), float(centre + half)
 
 
-def _two_stage_means(
+def _item_bootstrap_means(
     per_seed: Sequence[np.ndarray], rng: np.random.Generator, n_resamples: int
 ) -> np.ndarray:
-    """Bootstrap draws ``[B, K]`` of the mean over seeds of per-seed item means: resample the
-    seeds, then the items (rows) within each seed; the K columns share the item indices."""
-    n_seeds = len(per_seed)
+    """Bootstrap draws ``[B, K]`` of the mean over seeds of per-seed item means, the seeds held
+    fixed and the items (rows) resampled within each seed; the K columns share item indices."""
     item_means = np.stack(
         [a[rng.integers(0, len(a), size=(n_resamples, len(a)))].mean(axis=1) for a in per_seed]
     )  # [S, B, K]
-    chosen = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))  # [B, S]
-    return item_means[chosen, np.arange(n_resamples)[:, None]].mean(axis=1)
+    return item_means.mean(axis=0)
 
 
 def bootstrap_ci(
