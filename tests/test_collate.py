@@ -7,7 +7,15 @@ import pytest
 import yaml
 
 from collate_results import build_table, result_cells
-from papers_eval import judge, load_claim_spec, run_seeds, write_claim, write_results
+from papers_eval import (
+    Replication,
+    finding,
+    judge,
+    load_claim_spec,
+    run_seeds,
+    write_claim,
+    write_results,
+)
 
 ERRORS = {
     "held": {"method": 0.5, "baseline": 1.0, "broken": 1.2, "oracle": 0.1},
@@ -16,49 +24,93 @@ ERRORS = {
 }
 
 
-def write_record(folder, errors, quick=False):
+def write_record(folder, errors, quick=False, protocol=2, replicate_with=None, diagnosis=None):
+    folder.mkdir(parents=True, exist_ok=True)
     spec_file = folder / "claim.yaml"
-    spec_file.write_text(
-        yaml.safe_dump(
-            {
-                "claim": "c",
-                "method": "method",
-                "baselines": ["baseline"],
-                "controls": {"negative": ["broken"], "positive": ["oracle"]},
-                "seeds": [0, 1, 2],
-                "quick": {"seeds": [0, 1]},
-                "checks": [{"name": "c", "metric": "err", "goal": "lower", "against": "baseline"}],
-            }
-        )
-    )
+    raw = {
+        "claim": "c",
+        "method": "method",
+        "baselines": ["baseline"],
+        "controls": {"negative": ["broken"], "positive": ["oracle"]},
+        "seeds": [0, 1, 2],
+        "quick": {"seeds": [0, 1]},
+        "checks": [{"name": "c", "metric": "err", "goal": "lower", "against": "baseline"}],
+    }
+    if protocol == 3:
+        raw["protocol"] = 3
+        raw["replication"] = {"seeds": [10, 11, 12]}
+        raw["controls"]["positive"] = [
+            {"name": "oracle", "kind": "oracle", "pipeline": "model", "why": "true labels"}
+        ]
+    spec_file.write_text(yaml.safe_dump(raw))
     spec = load_claim_spec(spec_file, subjects=errors, metrics=["err"], quick=quick)
     noise = np.random.default_rng(0)
-    results = run_seeds(spec, lambda s, seed: {"err": errors[s] + 0.01 * noise.standard_normal(20)})
-    judgement = judge(spec, results)
+
+    def run(subject_errors, spec):
+        return run_seeds(
+            spec, lambda s, seed: {"err": subject_errors[s] + 0.01 * noise.standard_normal(20)}
+        )
+
+    results = run(errors, spec)
+    replication = None
+    if replicate_with is not None:
+        rspec = spec.for_replication()
+        rresults = run(replicate_with, rspec)
+        replication = Replication(rspec, rresults, judge(rspec, rresults))
     write_claim(
         folder / "results",
         project="demo",
         spec=spec,
         results=results,
-        judgement=judgement,
+        judgement=judge(spec, results),
         config={},
         wall_time_s=0,
+        replication=replication,
+        diagnosis=diagnosis,
     )
     return folder / "results" / "claim.json"
 
 
 @pytest.mark.parametrize("verdict", list(ERRORS))
-def test_each_verdict_is_rendered_as_computed(tmp_path, verdict):
-    verdict_cell, controls, seeds, headline = result_cells(
-        "demo", write_record(tmp_path, ERRORS[verdict])
-    )
-    assert verdict_cell == f"[{verdict}](projects/demo/results/claim.md)"
+def test_a_protocol_2_record_shows_its_verdict_marked_protocol_v2(tmp_path, verdict):
+    cells = result_cells("demo", write_record(tmp_path, ERRORS[verdict]))
+    verdict_cell, controls, seeds, diagnosis, headline = cells
+    computed = "held, not replicated" if verdict == "held" else verdict
+    assert verdict_cell == f"[{computed}](projects/demo/results/claim.md) (protocol v2)"
     assert controls == ("1/2 as required" if verdict == "not shown" else "2/2 as required")
-    assert seeds == "3" and headline.startswith("err: method")
+    assert seeds == "3" and diagnosis == "-" and headline.startswith("err: method")
+
+
+def test_protocol_3_verdicts_with_and_without_replication(tmp_path):
+    held, did_not = ERRORS["held"], ERRORS["did not hold"]
+    cells = result_cells("demo", write_record(tmp_path / "a", held, protocol=3,
+                                              replicate_with=held))  # fmt: skip
+    assert cells[0] == "[held](projects/demo/results/claim.md)"
+    assert cells[2] == "3 + 3 replication" and cells[3] == "-"
+    cells = result_cells("demo", write_record(tmp_path / "b", held, protocol=3))
+    assert cells[0] == "[held, not replicated](projects/demo/results/claim.md)"
+    cells = result_cells("demo", write_record(tmp_path / "c", held, protocol=3,
+                                              replicate_with=did_not))  # fmt: skip
+    assert cells[0].startswith("[mixed]") and cells[3] == "missing"
+    cells = result_cells(
+        "demo",
+        write_record(
+            tmp_path / "d",
+            did_not,
+            protocol=3,
+            diagnosis=finding(
+                "check", "the bar sits in the noise", ("metrics.method.err.mean", "")
+            ),
+        ),
+    )
+    assert cells[0] == "[did not hold](projects/demo/results/claim.md) (replication not run)"
+    assert cells[3] == "check: the bar sits in the noise"
 
 
 def test_a_quick_record_says_so(tmp_path):
-    verdict_cell, _, seeds, _ = result_cells("demo", write_record(tmp_path, ERRORS["held"], True))
+    verdict_cell, _, seeds, _, _ = result_cells(
+        "demo", write_record(tmp_path, ERRORS["held"], True)
+    )
     assert verdict_cell.endswith("(quick run)") and seeds == "2"
 
 
@@ -76,9 +128,11 @@ def test_a_schema_1_record_is_never_shown_as_a_verdict(tmp_path):
         wall_time_s=0.0,
         headline="a 1 vs b 0",
     )
-    verdict_cell, controls, seeds, headline = result_cells("old", tmp_path / "claim.json")
+    verdict_cell, controls, seeds, diagnosis, headline = result_cells(
+        "old", tmp_path / "claim.json"
+    )
     assert verdict_cell.startswith("[pre-protocol record]") and "held]" not in verdict_cell
-    assert (controls, seeds, headline) == ("none", "1", "a 1 vs b 0")
+    assert (controls, seeds, diagnosis, headline) == ("none", "1", "-", "a 1 vs b 0")
 
 
 def test_table_rows_for_planned_and_unmeasured_projects(tmp_path):
@@ -88,5 +142,5 @@ def test_table_rows_for_planned_and_unmeasured_projects(tmp_path):
     )
     (tmp_path / "projects" / "b").mkdir(parents=True)
     rows = build_table(tmp_path).splitlines()
-    assert rows[2] == "| A | a | x | planned | - | - | - |"
-    assert rows[3] == "| B | [b](projects/b) | y | in progress | - | - | - |"
+    assert rows[2] == "| A | a | x | planned | - | - | - | - |"
+    assert rows[3] == "| B | [b](projects/b) | y | in progress | - | - | - | - |"

@@ -25,10 +25,14 @@ def _cell(text: str) -> str:
 
 
 def result_cells(slug: str, claim_file: Path) -> list[str]:
-    """[verdict (linked to claim.md), controls, seeds, headline] of one project's record.
+    """[verdict (linked to claim.md), controls, seeds, diagnosis, headline] of one record.
 
-    A schema-1 record (before the claim protocol) is shown as such: its project typed its own
-    criterion and ran no controls, so it is never displayed as a verdict.
+    The verdict is shown as computed (held / held, not replicated / did not hold / mixed / not
+    shown), with what a reader must know beside it: "(replication not run)", "(protocol v2)" for
+    a record judged before protocol v3, "(dirty tree, allowed)", "(re-specified)", "(quick run)".
+    The diagnosis column lists the causes of a verdict that is not held ("missing" when a v3
+    record has none). A schema-1 record (before the claim protocol) is shown as such: its
+    project typed its own criterion and ran no controls, so it is never displayed as a verdict.
     """
     link = f"projects/{slug}/results/claim.md"
     try:
@@ -37,14 +41,49 @@ def result_cells(slug: str, claim_file: Path) -> list[str]:
         record = load_results(claim_file)
         own = "held" if record["holds"] else "did not hold"
         verdict = f"[pre-protocol record]({link}) (its own criterion: {own})"
-        controls = "none"
-    else:
-        quick = " (quick run)" if record["quick"] else ""
-        verdict = f"[{record['verdict']}]({link}){quick}"
-        behaved = sum(c["behaved"] for c in record["controls"])
-        controls = f"{behaved}/{len(record['controls'])} as required"
-    headline = _cell(record.get("headline") or "") or "-"
-    return [verdict, controls, str(len(record["seeds"])), headline]
+        return [verdict, "none", str(len(record["seeds"])), "-", _headline(record)]
+    verdict = f"[{record['verdict']}]({link})"
+    verdict += "".join(f" ({mark})" for mark in _marks(record))
+    behaved = sum(c["behaved"] for c in record["controls"])
+    controls = f"{behaved}/{len(record['controls'])} as required"
+    seeds = str(len(record["seeds"]))
+    replication = record.get("replication") or {}
+    if replication.get("run"):
+        seeds += f" + {len(replication['seeds'])} replication"
+    return [verdict, controls, seeds, _diagnosis_cell(record), _headline(record)]
+
+
+def _marks(record: dict) -> list[str]:
+    marks = []
+    if record.get("protocol", 2) < 3:
+        marks.append("protocol v2")
+    elif not (record.get("replication") or {}).get("run") and record["verdict"] != (
+        "held, not replicated"
+    ):
+        marks.append("replication not run")
+    provenance = record.get("provenance") or {}
+    if provenance.get("dirty") or "+dirty" in str(record.get("git_revision", "")).split(" ")[0]:
+        marks.append("dirty tree, allowed" if provenance.get("allow_dirty") else "dirty tree")
+    if record.get("respecified_after"):
+        marks.append(f"re-specified after {record['respecified_after'][:7]}, outcome known")
+    if record["quick"]:
+        marks.append("quick run")
+    return marks
+
+
+def _diagnosis_cell(record: dict) -> str:
+    if record["verdict"] == "held" or record.get("protocol", 2) < 3:
+        return "-"
+    diagnosis = record.get("diagnosis")
+    if isinstance(diagnosis, list) and diagnosis:
+        return _cell("; ".join(f"{d['cause']}: {d['summary']}" for d in diagnosis))
+    if record["verdict"] == "held, not replicated":
+        return "-"
+    return "invalid" if isinstance(diagnosis, dict) else "missing"
+
+
+def _headline(record: dict) -> str:
+    return _cell(record.get("headline") or "") or "-"
 
 
 def build_table(root: Path = ROOT) -> str:
@@ -56,19 +95,21 @@ def build_table(root: Path = ROOT) -> str:
         "verdict",
         "controls",
         "seeds",
+        "diagnosis",
         "measured miniature result",
     ]
+    empty = ["-"] * (len(columns) - 4)
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for paper in papers:
         slug = paper["slug"]
         project = root / "projects" / slug
         claim_file = project / "results" / "claim.json"
         if not project.is_dir():
-            name, cells = slug, ["planned", "-", "-", "-"]
+            name, cells = slug, ["planned", *empty]
         elif claim_file.is_file():
             name, cells = f"[{slug}](projects/{slug})", result_cells(slug, claim_file)
         else:
-            name, cells = f"[{slug}](projects/{slug})", ["in progress", "-", "-", "-"]
+            name, cells = f"[{slug}](projects/{slug})", ["in progress", *empty]
         title, claim = _cell(paper["title"]), _cell(paper["claim"])
         rows.append(f"| {title} | {name} | {claim} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
