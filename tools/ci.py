@@ -7,6 +7,7 @@
     uv run tools/ci.py lint UNIT
     uv run tools/ci.py smoke PROJECT [--bf16-gpu]  # `train` through the real entry point
     uv run tools/ci.py mutate PROJECT [--max-children N]  # mutation lane (weekly, not in .ci/run)
+    uv run tools/ci.py replicate PROJECT          # reproduce --replicate (nightly, not in .ci/run)
 
 A test unit is a paper project (`projects/<slug>`) or a shared package (`shared/<dir>`, by its
 package name). Each unit is tested in isolation: `uv sync --locked --package <name>` installs
@@ -292,6 +293,21 @@ def mutate(folder: Path, max_children: int = 2) -> int:
     return 0
 
 
+def replicate(unit: Unit) -> int:
+    """`reproduce --replicate` in the project folder, written to runs/<slug>/replication/ (the
+    committed results/ stay as they are). A protocol-2 spec has no replication seeds: skipped."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / unit.path / "configs" / "claim.yaml").read_text()) or {}
+    if spec.get("protocol") != 3:
+        print(f"{unit.name}: configs/claim.yaml is a protocol-2 spec (no replication seeds); "
+              "skipped until its fix-up moves it to protocol 3")  # fmt: skip
+        return 0
+    out = ROOT / "runs" / unit.path.name / "replication"
+    command = ["uv", "run", "--no-sync", "reproduce", "--replicate", "--out", str(out)]
+    return _run(command, cwd=ROOT / unit.path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ci.py", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -315,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     mutate_cmd = commands.add_parser("mutate", help="mutation-test one project's math (mutmut)")
     mutate_cmd.add_argument("unit")
     mutate_cmd.add_argument("--max-children", type=int, default=2, help="parallel mutants")
+    replicate_cmd = commands.add_parser("replicate", help="reproduce --replicate of one project")
+    replicate_cmd.add_argument("unit")
     args = parser.parse_args(argv)
 
     known = units()
@@ -347,6 +365,13 @@ def main(argv: list[str] | None = None) -> int:
         return lint(pick([args.unit])[0])
     if args.command == "policy":
         return test_units([], "fast", policy=True)
+    if args.command == "replicate":
+        unit = pick([args.unit])[0]
+        if not unit.is_project:
+            raise SystemExit(f"{unit.name} is a shared package: it has no claim to replicate")
+        if _run(["uv", "sync", "--locked", "--package", unit.name]) != 0:
+            return 1
+        return replicate(unit)
     if args.command == "mutate":
         unit = pick([args.unit])[0]
         if not unit.is_project:
