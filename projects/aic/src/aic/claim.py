@@ -248,7 +248,12 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     seeds = args.seeds or (None if not args.quick else [args.seed])
     spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=seeds
+        CLAIM_FILE,
+        subjects=SUBJECTS,
+        metrics=METRICS,
+        quick=args.quick,
+        seeds=seeds,
+        allow_dirty=args.allow_dirty,
     )
     torch.set_num_threads(1)
     start = time.perf_counter()

@@ -256,9 +256,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation, run every subject on every seed, judge, write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
     args = parser.parse_args(argv)
-    spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     settings = dict(spec.settings)
     k_max = 8

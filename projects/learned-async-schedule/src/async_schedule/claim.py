@@ -184,9 +184,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     write results/ (claim.json, claim.md, the learned-schedule and sample figures)."""
     parser = reproduce_parser((__doc__ or "").splitlines()[0], project_file=__file__)
     args = parser.parse_args(argv)
-    spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     torch.set_num_threads(1)  # a 2-thread pool on shared cores spends most of its time waiting
     start = time.perf_counter()
     settings = dict(spec.settings)
@@ -392,9 +390,7 @@ def run_ablations(argv: list[str] | None = None) -> dict[str, Any]:
     parser = reproduce_parser("LAS ablations (design note)", project_file=__file__)
     parser.add_argument("--only", nargs="+", choices=sorted(ABLATIONS), default=None)
     args = parser.parse_args(argv)
-    spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     torch.set_num_threads(1)  # a 2-thread pool on shared cores spends most of its time waiting
     start = time.perf_counter()
     settings = dict(spec.settings)

@@ -146,9 +146,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.jobs is None:
         args.jobs = 1 if args.quick else 2
-    spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     torch.set_num_threads(1)
     settings = dict(spec.settings)

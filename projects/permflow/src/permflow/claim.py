@@ -197,9 +197,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.jobs is None:
         args.jobs = 1 if args.quick else 2
-    spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     # One intra-op thread: on the shared 2-core machine a 2-thread pool stalls whenever another
     # process holds a core (training steps measured 3-6x slower than with one thread); this is
     # where a contended run's time goes.

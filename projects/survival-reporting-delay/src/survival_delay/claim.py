@@ -147,9 +147,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation replications, run every subject on every seed, judge, write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
     args = parser.parse_args(argv)
-    spec = load_claim_spec(
-        CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, quick=args.quick, seeds=args.seeds
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     torch.set_num_threads(1)  # small float64 tensors: one thread is fastest on shared cores
     start = time.perf_counter()
     settings = dict(spec.settings)

@@ -350,8 +350,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         CLAIM_FILE,
         subjects=(*language, "fixed_augment", "random_views"),
         metrics=(*LANGUAGE_METRICS, *VISION_METRICS),
-        quick=args.quick,
-        seeds=args.seeds,
+        args=args,
     )
     settings = dict(spec.settings)
     start = time.perf_counter()
