@@ -164,8 +164,9 @@ def write_claim(
     the root table (default: the method's checked metrics against their bars). ``notes``: a
     paragraph, or a list of notes written as one bullet each. ``figures``: file names beside the
     record. ``replication``: the judgement on the replication seeds (``reproduce --replicate``).
-    ``diagnosis``: findings, or a function of the record returning them, required (protocol 3)
-    when the verdict is not ``held``: each cites numbers of the record, checked here.
+    ``diagnosis``: findings, or a function of the record returning them (or nothing, e.g. when
+    ``record["verdict"]`` is held), required (protocol 3) when the verdict is not ``held``: each
+    cites numbers of the record, checked here.
     ``budget``: ``mechanism.budget_evidence`` (required for a ``did not hold``).
     ``jobs``: the job runner's summary (per-job wall time and memory).
 
@@ -244,7 +245,8 @@ def write_claim(
             findings = diagnosis(record) if callable(diagnosis) else diagnosis
             if isinstance(findings, diagnosis_rules.Finding):
                 findings = [findings]
-            record["diagnosis"] = _jsonable(diagnosis_rules.validate(list(findings), record))
+            if findings:  # a function may find nothing to say (e.g. the verdict held)
+                record["diagnosis"] = _jsonable(diagnosis_rules.validate(list(findings), record))
         except diagnosis_rules.DiagnosisError as error:
             diagnosis_error = error
             record["diagnosis"] = {"error": str(error)}
