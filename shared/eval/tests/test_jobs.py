@@ -108,7 +108,8 @@ def test_an_interrupted_run_continues_where_it_stopped(tmp_path, marks, workers)
     if workers == 1:  # in order: the three before the failure, nothing after it
         assert first == ["s-test-0", "s-test-1", "s-test-2", "s-test-3"]
     fail_file.unlink()
-    results = run_jobs(jobs_fns.record_call, jobs, **kwargs)
+    # The resumed run in this process (a second pool would only cost start-up time).
+    results = run_jobs(jobs_fns.record_call, jobs, **{**kwargs, "workers": 1})
     finished = [c for c in first if c != "s-test-3"]  # cached before the failure propagated
     rerun = jobs_fns.calls(settings)
     for call in first:

@@ -471,8 +471,12 @@ def _use_display(progress: bool | None) -> bool:
 class _Progress:
     """Plain lines, or a rich display with the same lines above it."""
 
-    def __init__(self, total: int, to_run: int, display: bool, running_word: str) -> None:
+    def __init__(
+        self, total: int, to_run: int, display: bool, running_word: str, parallel: int | None
+    ) -> None:
         self.total, self.to_run, self.done, self.ran = total, to_run, 0, 0
+        self.parallel = parallel  # jobs at a time; None: unknown (a Dask cluster)
+        self.ran_wall = 0.0
         self.running: dict[str, str] = {}  # key -> name
         self.running_word = running_word
         self.display = display
@@ -496,7 +500,7 @@ class _Progress:
         outer = self
 
         class _Display(Progress):
-            def get_renderables(self):  # type: ignore[no-untyped-def]
+            def get_renderables(self) -> Iterator[Any]:
                 yield self.make_tasks_table(self.tasks)
                 names = list(outer.running.values())
                 if names:
@@ -512,6 +516,7 @@ class _Progress:
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
+            transient=True,  # the lines above it say everything once the run ends
         )
         self._live.start()
         self._task = self._live.add_task("jobs", total=self.total, completed=self.done)
@@ -532,8 +537,12 @@ class _Progress:
         tail = " (cached)"
         if not result.cached:
             self.ran += 1
+            self.ran_wall += result.wall_time_s
             elapsed = time.perf_counter() - self.start
-            left = elapsed / self.ran * (self.to_run - self.ran)
+            if self.parallel:  # from the jobs' own times: worker start-up does not count
+                left = self.ran_wall / self.ran * (self.to_run - self.ran) / self.parallel
+            else:
+                left = elapsed / self.ran * (self.to_run - self.ran)
             tail = f"  ({_duration(elapsed)} elapsed, about {_duration(left)} left)"
             if self.ran == self.to_run:
                 tail = f"  ({_duration(elapsed)} elapsed)"
@@ -555,7 +564,18 @@ class _Progress:
 # ----------------------------------------------------------------------------- backends
 
 
-def _run_here(fn, todo, settings, threads, done, progress) -> None:  # type: ignore[no-untyped-def]
+_Todo = Sequence[tuple[str, Job]]  # (cache key, job)
+_Done = Callable[[str, Job, Any, float, float], None]  # (key, job, value, wall s, memory MiB)
+
+
+def _run_here(
+    fn: Callable[..., Any],
+    todo: _Todo,
+    settings: Mapping[str, Any],
+    threads: int | None,
+    done: _Done,
+    progress: _Progress,
+) -> None:
     """In this process, one job after the other, with ``threads`` torch threads: set now and
     restored afterwards when torch is already imported; otherwise through the environment while
     the jobs run (a job that imports torch then keeps that thread count in this process)."""
@@ -574,7 +594,15 @@ def _run_here(fn, todo, settings, threads, done, progress) -> None:  # type: ign
             _set_torch_threads(previous)
 
 
-def _run_pool(fn, todo, settings, threads, workers, done, progress) -> None:  # type: ignore[no-untyped-def]
+def _run_pool(
+    fn: Callable[..., Any],
+    todo: _Todo,
+    settings: Mapping[str, Any],
+    threads: int | None,
+    workers: int,
+    done: _Done,
+    progress: _Progress,
+) -> None:
     """At most ``workers`` jobs in flight, so "running" is exact and a failure stops the rest:
     the jobs already running finish (and are cached), no new one starts."""
     context = multiprocessing.get_context("spawn")  # forking after torch started can hang
@@ -641,7 +669,15 @@ def _dask_client(scheduler: Any) -> tuple[Any, bool]:
     )
 
 
-def _run_dask(fn, todo, settings, threads, scheduler, done, progress) -> None:  # type: ignore[no-untyped-def]
+def _run_dask(
+    fn: Callable[..., Any],
+    todo: _Todo,
+    settings: Mapping[str, Any],
+    threads: int | None,
+    scheduler: Any,
+    done: _Done,
+    progress: _Progress,
+) -> None:
     """Every job submitted at once (the scheduler balances them); results are cached as they
     arrive. On a failure the jobs not yet finished are cancelled (a task already running on a
     worker runs to its end there; its result is dropped)."""
@@ -735,6 +771,7 @@ def run_jobs(
         len(todo),
         _use_display(progress),
         "in the cluster" if scheduler is not None else "running",
+        None if scheduler is not None else max(1, min(workers, len(todo))),
     )
     try:
         head = f"jobs{f' [{label}]' if label else ''}: {len(unique)}"
