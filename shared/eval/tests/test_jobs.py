@@ -44,7 +44,9 @@ def test_job_name_key_and_hash():
     # The key ignores dict order and tuple-vs-list, and sees everything else.
     same = Job("permflow", 0, {"b": (1, 2), "a": 1})
     assert job_key(same) == job_key(Job("permflow", 0, {"a": 1, "b": [1, 2]}))
+    assert same == Job("permflow", 0, {"a": 1, "b": [1, 2]})
     assert hash(same) == hash(Job("permflow", 0, {"a": 1, "b": [1, 2]}))
+    assert Job("x", 0, {"lr": 1}) != Job("x", 0, {"lr": 1.0})  # as the cache keys differ
     base = job_key(job, settings={"steps": 3}, revision="abc", label="permflow")
     for other in (
         job_key(Job("permflow", 1, {"lr": 1e-3}, stage="tune"), settings={"steps": 3},

@@ -144,6 +144,13 @@ class Job:
         object.__setattr__(self, "params", dict(self.params))
         canonical_json(self.params, what=f"params of job {self.subject!r}")
 
+    # Equal and hashed by the canonical JSON the cache key uses: (1, 2) == [1, 2] as a param,
+    # but 1 != 1.0 and 1 != True, as they are different jobs to the cache.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return canonical_json(self.as_dict()) == canonical_json(other.as_dict())
+
     def __hash__(self) -> int:
         return hash(canonical_json(self.as_dict()))
 
@@ -166,6 +173,8 @@ class Job:
 
 @dataclass
 class JobResult:
+    """One job's outcome, from a run now or from the cache."""
+
     job: Job
     value: Any  # what fn returned (picklable)
     wall_time_s: float  # of the original run when cached
