@@ -21,48 +21,126 @@ Also: ``contrast_interval`` and ``bootstrap_ci`` (intervals), ``markdown_table``
 ``load_results`` that the first six projects still write until they move to the protocol.
 """
 
-from papers_eval.claim import (
-    MIN_SEEDS,
-    PROTOCOL,
-    SEED_SET_VERDICTS,
-    VERDICTS,
-    Check,
-    CheckOutcome,
-    ClaimSpec,
-    ClaimSpecError,
-    Control,
-    ControlOutcome,
-    Judgement,
-    combined_verdict,
-    judge,
-    load_claim_spec,
-    run_seeds,
-    summarise,
-)
-from papers_eval.claim_record import (
-    CLAIM_FIELDS,
-    SCHEMA_VERSION,
-    V3_FIELDS,
-    RecordSchemaError,
-    Replication,
-    attach_diagnosis,
-    load_claim,
-    render_markdown,
-    write_claim,
-)
-from papers_eval.diagnosis import CAUSES, Cite, DiagnosisError, Finding, finding
-from papers_eval.plots import line_plot, pareto_plot
-from papers_eval.record import (
-    RESULTS_FIELDS,
-    git_revision,
-    hardware_info,
-    load_results,
-    provenance,
-    write_results,
-)
-from papers_eval.stats import Interval, bootstrap_ci, contrast_interval, pareto_front
-from papers_eval.table import format_value, markdown_table
-from papers_eval.tuning import TuningResult, tune, tuning_grids
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names load on first use (PEP 562): a worker process of the job runner, or a tool that needs
+# one function, does not pay for scipy and matplotlib at import. Nothing here imports torch.
+_EXPORTS = {
+    # papers_eval.claim
+    "Check": "claim",
+    "CheckOutcome": "claim",
+    "ClaimSpec": "claim",
+    "ClaimSpecError": "claim",
+    "Control": "claim",
+    "ControlOutcome": "claim",
+    "Judgement": "claim",
+    "MIN_SEEDS": "claim",
+    "PROTOCOL": "claim",
+    "SEED_SET_VERDICTS": "claim",
+    "VERDICTS": "claim",
+    "combined_verdict": "claim",
+    "judge": "claim",
+    "load_claim_spec": "claim",
+    "run_seeds": "claim",
+    "summarise": "claim",
+    # papers_eval.claim_record
+    "CLAIM_FIELDS": "claim_record",
+    "RecordSchemaError": "claim_record",
+    "Replication": "claim_record",
+    "SCHEMA_VERSION": "claim_record",
+    "V3_FIELDS": "claim_record",
+    "attach_diagnosis": "claim_record",
+    "load_claim": "claim_record",
+    "render_markdown": "claim_record",
+    "write_claim": "claim_record",
+    # papers_eval.diagnosis
+    "CAUSES": "diagnosis",
+    "Cite": "diagnosis",
+    "DiagnosisError": "diagnosis",
+    "Finding": "diagnosis",
+    "finding": "diagnosis",
+    # papers_eval.plots
+    "line_plot": "plots",
+    "pareto_plot": "plots",
+    # papers_eval.record
+    "RESULTS_FIELDS": "record",
+    "git_revision": "record",
+    "hardware_info": "record",
+    "load_results": "record",
+    "provenance": "record",
+    "write_results": "record",
+    # papers_eval.stats
+    "Interval": "stats",
+    "bootstrap_ci": "stats",
+    "contrast_interval": "stats",
+    "pareto_front": "stats",
+    # papers_eval.table
+    "format_value": "table",
+    "markdown_table": "table",
+    # papers_eval.tuning
+    "TuningResult": "tuning",
+    "tune": "tuning",
+    "tuning_grids": "tuning",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'papers_eval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"papers_eval.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
+    from papers_eval.claim import (
+        MIN_SEEDS,
+        PROTOCOL,
+        SEED_SET_VERDICTS,
+        VERDICTS,
+        Check,
+        CheckOutcome,
+        ClaimSpec,
+        ClaimSpecError,
+        Control,
+        ControlOutcome,
+        Judgement,
+        combined_verdict,
+        judge,
+        load_claim_spec,
+        run_seeds,
+        summarise,
+    )
+    from papers_eval.claim_record import (
+        CLAIM_FIELDS,
+        SCHEMA_VERSION,
+        V3_FIELDS,
+        RecordSchemaError,
+        Replication,
+        attach_diagnosis,
+        load_claim,
+        render_markdown,
+        write_claim,
+    )
+    from papers_eval.diagnosis import CAUSES, Cite, DiagnosisError, Finding, finding
+    from papers_eval.plots import line_plot, pareto_plot
+    from papers_eval.record import (
+        RESULTS_FIELDS,
+        git_revision,
+        hardware_info,
+        load_results,
+        provenance,
+        write_results,
+    )
+    from papers_eval.stats import Interval, bootstrap_ci, contrast_interval, pareto_front
+    from papers_eval.table import format_value, markdown_table
+    from papers_eval.tuning import TuningResult, tune, tuning_grids
 
 __all__ = [
     "CAUSES",
