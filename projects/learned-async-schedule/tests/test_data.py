@@ -129,7 +129,12 @@ def test_miniature_split_representations_and_determinism():
         semantic_channels=8,
         semantic_source="probabilities",
     )
-    assert np.array_equal(rebuilt["semantic"], m["semantic"])  # seeded: same encoder, same PCA
+    # Seeded: the same encoder and the same PCA. Not bit for bit: `m` comes from the session's
+    # cache, filled by whichever test built it first, possibly with another thread count (a DDP
+    # rank or a claim worker runs 1 thread, these tests 2), and one float32 encoder epoch
+    # amplifies that reordering (measured up to 8.6e-4 on codes of std 1, 1 vs 2 threads); a
+    # wrong seed, encoder or PCA moves the codes by O(1).
+    np.testing.assert_allclose(rebuilt["semantic"], m["semantic"], rtol=0, atol=1e-2)
     with pytest.raises(UserError, match="miniature"):
         MultiRepDataModule(root="x").evaluator()
 

@@ -100,6 +100,7 @@ def test_rollout_chains_the_chunks():
     g = torch.Generator().manual_seed(0)
     first = model.sample(current, chunks[:, 0], 2, g)
     second = model.sample(first, chunks[:, 1], 2, g)
+    # the same sample calls on the same shapes and generator: bit for bit
     assert torch.equal(frames[:, 0], first) and torch.equal(frames[:, 1], second)
 
 
@@ -127,6 +128,7 @@ def test_actions_change_the_sample_after_a_short_fit():
     with torch.no_grad():
         model.action_embed[-1].weight.zero_()
         model.action_embed[-1].bias.zero_()
+    # a zeroed layer outputs exact zeros for any chunk: the UNet gets the same bits, same shapes
     assert torch.equal(predict(actions[0]), predict(actions[1]))
 
 

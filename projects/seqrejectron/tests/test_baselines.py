@@ -167,7 +167,7 @@ def test_ensemble_members_are_seeded_bootstrap_behaviour_clones():
     for k, member in enumerate(rule.members):  # member k: seed 7 * 100 + k + 1, a bootstrap
         twin = fit_bc(train, 4, 3, 0.1, seed=701 + k, bootstrap=True)
         for p, q in zip(member.parameters(), twin.parameters(), strict=True):
-            assert torch.equal(p, q)
+            assert torch.equal(p, q)  # the same fit_bc call, seed and shapes: bit for bit
         assert not member.training
     unboot = fit_bc(train, 4, 3, 0.1, seed=701)
     assert not all(

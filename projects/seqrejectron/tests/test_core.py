@@ -397,4 +397,5 @@ def test_make_policy_is_a_two_hidden_layer_relu_mlp():
     with torch.no_grad():
         w1, w2, w3 = layers[0], layers[2], layers[4]
         by_hand = w3(torch.relu(w2(torch.relu(w1(x)))))
+        # the same layers called in the same order on the same shapes: bit for bit
         assert torch.equal(policy(x), by_hand) and policy(x).shape == (1, 2)

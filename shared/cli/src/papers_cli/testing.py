@@ -14,6 +14,12 @@ each rank's ``summary_rank<k>.json``.
 trains 8 steps straight, and 4 steps, then resumes from that run's checkpoint for 4 more, and
 fails unless parameters, optimizer state and the last logged metrics agree.
 
+Floats: the resume check runs the same batches, shapes and thread count in one process on one
+machine, so the runs are expected to agree exactly; its default rtol 1e-5 / atol 1e-6 is far
+below what a state left out of the checkpoint changes. The DDP run checks shapes and metric
+names against the single-process reference, not values: DDP sums gradients in another order
+than one process, so a test that compares values across the two states its own tolerance.
+
     message = user_error_message(train, [*tiny_args, "--model.lr=-1"], capsys)
 
 runs ``train`` in-process expecting the CLI's clean failure: exit 2 and one paragraph on stderr,
@@ -110,7 +116,8 @@ def check_summaries(
 ) -> None:
     """Every rank ran under DDP with ``devices`` processes, drew its own noise and, given a
     single-process ``reference``, trained the same parameter shapes and logged the same metric
-    names."""
+    names (not values: DDP reduces in another order than one process, so values agree only
+    within a tolerance the calling test states)."""
     seeds = [summary.get("noise_seed") for summary in summaries]
     if devices > 1 and None not in seeds and len(set(seeds)) < len(seeds):
         raise AssertionError(f"ranks drew the same noise (last seeds {seeds})")
@@ -144,8 +151,12 @@ def check_resume(
     config so that ``steps // 2`` ends an epoch: Lightning resumes mid-epoch exactly only from a
     stateful dataloader. Compares parameters, optimizer state, global step and the last logged
     metrics (except those whose names contain an ``ignore_metrics`` part: memory and timing) to
-    ``rtol``/``atol``; raises AssertionError naming what differs; returns the largest absolute
-    difference per part. The resumed run's logged metrics are only those logged after the
+    ``rtol``/``atol`` (tensors; any other value, such as the step count or the learning rate in
+    the optimizer state, must be equal); raises AssertionError naming what differs; returns the
+    largest absolute difference per part. The three runs share the batches, shapes, thread count
+    and machine, so they normally agree bit for bit (differences 0); a looser tolerance passed
+    here needs a comment saying which part of the training is not reproducible bit for bit on
+    one machine. The resumed run's logged metrics are only those logged after the
     resume, so a metric logged at some steps only (per task, per stage) must either be logged
     in the resumed half too or be named in ``ignore_metrics``.
     """
