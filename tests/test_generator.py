@@ -42,10 +42,6 @@ def test_generated_project_passes_its_tests(tmp_path):
         "-q",
         "-m",
         "not slow and not gpu",
-        # The skeleton's 2-process DDP run repeats what every project's lane runs on a real
-        # model (papers_cli.testing.run_ddp_train through LightningCLI), on a stand-in model.
-        "-k",
-        "not two_process_ddp",
         "-p",
         "no:cacheprovider",
     )
