@@ -10,119 +10,21 @@ it); only imports under `if TYPE_CHECKING:` are left out, as they never run.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-from repo_helpers import PROJECTS, ROOT, needs_projects, pyproject
+from repo_helpers import (
+    PROJECTS,
+    ROOT,
+    cycles,
+    import_graph,
+    needs_projects,
+    packages,
+    pyproject,
+    reachable,
+)
 
 SHARED = sorted(p.parent for p in (ROOT / "shared").glob("*/pyproject.toml"))
-
-
-def packages(folder: Path) -> list[Path]:
-    return sorted(p for p in (folder / "src").iterdir() if (p / "__init__.py").is_file())
-
-
-def module_name(package: Path, path: Path) -> str:
-    parts = [package.name, *path.relative_to(package).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _import_nodes(tree: ast.AST):
-    """Every Import / ImportFrom in ``tree`` (function bodies included), less TYPE_CHECKING's."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def import_graph(package: Path) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports (absolute and relative imports)."""
-    files = {module_name(package, p): p for p in package.rglob("*.py")}
-    known = set(files)
-
-    def owner(name: str) -> str | None:
-        """The package's module that importing ``name`` runs (``pkg.mod.attr`` -> ``pkg.mod``)."""
-        while name:
-            if name in known:
-                return name
-            name = name.rpartition(".")[0]
-        return None
-
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        is_package = path.name == "__init__.py"
-        here = name if is_package else name.rpartition(".")[0]
-        targets = set()
-        for node in _import_nodes(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                targets |= {owner(alias.name) for alias in node.names}
-                continue
-            base = node.module or ""
-            if node.level:
-                anchor = here.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, *([base] if base else [])])
-            # `from pkg import mod` imports the submodule; `from pkg import name` runs pkg only.
-            targets |= {owner(f"{base}.{alias.name}") or owner(base) for alias in node.names}
-        graph[name] = {t for t in targets if t is not None and t != name}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for nxt in graph.get(todo.pop(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
 
 
 # Cycles known and left for their project's own fix-up; the test fails when one goes away too, so
