@@ -202,3 +202,57 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
                 seen.add(nxt)
                 todo.append(nxt)
     return seen
+
+
+# ----------------------------------------------------------------------- the mutation lane
+
+
+def mutation_config_problems(folder: Path) -> list[str]:
+    """What ``folder``'s ``[tool.mutmut]`` table gets wrong for `tools/ci.py mutate`: the files
+    it mutates must include core.py and model.py and exist, the selected tests must exist (file
+    and, for ``file::name``, the test function) and at least one of them must drive the
+    LightningModule (its file imports ``<package>.model`` or ``<package>.cli``)."""
+    meta = pyproject(folder)
+    table = meta.get("tool", {}).get("mutmut")
+    if table is None:
+        return ["no [tool.mutmut] table"]
+    package = meta.get("tool", {}).get("uv", {}).get("build-backend", {}).get("module-name")
+    package = package or meta["project"]["name"].replace("-", "_")
+    targets = table.get("only_mutate", [])
+    problems = [
+        f"only_mutate lacks src/{package}/{name}"
+        for name in ("core.py", "model.py")
+        if f"src/{package}/{name}" not in targets
+    ]
+    problems += [f"only_mutate names missing {t}" for t in targets if not (folder / t).is_file()]
+    overlap = set(targets) & set(table.get("do_not_mutate", []))
+    if overlap:
+        problems.append(f"both only_mutate and do_not_mutate: {sorted(overlap)}")
+    problems += [
+        f"also_copy names missing {p}"
+        for p in table.get("also_copy", [])
+        if not (folder / p).exists()
+    ]
+    if table.get("source_paths") != ["src"]:
+        problems.append('source_paths must be ["src"] (a single file breaks sibling imports)')
+    selection = table.get("pytest_add_cli_args_test_selection", [])
+    if not selection:
+        problems.append("no pytest_add_cli_args_test_selection")
+    drives_the_module = False
+    for entry in selection:
+        file, _, name = entry.partition("::")
+        path = folder / file
+        if not path.is_file():
+            problems.append(f"selected test file {file} does not exist")
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        if name and name.split("[")[0].split("::")[0] not in defined:
+            problems.append(f"selected test {entry} does not exist")
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
+            a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+        }
+        drives_the_module |= bool({f"{package}.model", f"{package}.cli"} & imported)
+    if selection and not drives_the_module:
+        problems.append(f"no selected test imports {package}.model or {package}.cli")
+    return problems
