@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from new_project import create
-from repo_helpers import copy_repository, structure_problems
+from repo_helpers import copy_repository, mutation_config_problems, structure_problems
 
 
 def test_rejects_bad_slugs(tmp_path):
@@ -22,6 +22,7 @@ def test_generated_project_passes_its_tests(tmp_path):
     repo = copy_repository(tmp_path / "repo")
     folder = create("demo-paper", title="A demo paper", root=repo)
     assert structure_problems(folder) == []
+    assert mutation_config_problems(folder) == []
     assert "demo-paper" in (repo / "uv.lock").read_text()
 
     def run(*command):
