@@ -41,7 +41,9 @@ def test_exported_project_stands_alone_pins_the_tested_versions_and_trains(tmp_p
     slug = min(PROJECTS, key=lambda p: (len(project_dependencies(p)), p.name)).name
     dest = export(slug, tmp_path / slug).resolve()
     meta = tomllib.loads((dest / "pyproject.toml").read_text())
-    assert meta["project"]["scripts"]["train"].endswith(":main")
+    assert meta["project"]["scripts"]["train"].endswith(".cli:main")
+    assert meta["project"]["scripts"]["reproduce"].endswith(".claim:main")
+    assert "entry-points" not in meta["project"]  # the dispatchers are not exported
     assert all("workspace" not in s for s in meta["tool"]["uv"]["sources"].values())
     assert (dest / "requirements.txt").read_text().count("-e ./shared/") >= 1
     assert paths_leaving(dest) == []

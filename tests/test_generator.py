@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from new_project import create
-from repo_helpers import copy_repository, structure_problems
+from repo_helpers import copy_repository, mutation_config_problems, structure_problems
 
 
 def test_rejects_bad_slugs(tmp_path):
@@ -22,6 +22,7 @@ def test_generated_project_passes_its_tests(tmp_path):
     repo = copy_repository(tmp_path / "repo")
     folder = create("demo-paper", title="A demo paper", root=repo)
     assert structure_problems(folder) == []
+    assert mutation_config_problems(folder) == []
     assert "demo-paper" in (repo / "uv.lock").read_text()
 
     def run(*command):
@@ -42,10 +43,6 @@ def test_generated_project_passes_its_tests(tmp_path):
         "-q",
         "-m",
         "not slow and not gpu",
-        # The skeleton's 2-process DDP run repeats what every project's lane runs on a real
-        # model (papers_cli.testing.run_ddp_train through LightningCLI), on a stand-in model.
-        "-k",
-        "not two_process_ddp",
         "-p",
         "no:cacheprovider",
     )

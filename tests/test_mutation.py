@@ -1,4 +1,6 @@
-"""`tools/ci.py mutate` finds a mutant that a weak test lets through, and shows its diff."""
+"""`tools/ci.py mutate` finds a mutant that a weak test lets through, and shows its diff; every
+project's mutation lane covers the paper's math (core.py) and the LightningModule's training path
+(model.py) against tests that exist."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import textwrap
 import pytest
 
 from ci import mutate, mutation_targets
+from repo_helpers import PROJECTS, mutation_config_problems, needs_projects
 
 PYPROJECT = """
 [project]
@@ -15,8 +18,8 @@ version = "0.1.0"
 
 [tool.mutmut]
 source_paths = ["src"]
-only_mutate = ["src/tiny/core.py"]
-pytest_add_cli_args_test_selection = ["tests/test_core.py"]
+only_mutate = ["src/tiny/core.py", "src/tiny/model.py"]
+pytest_add_cli_args_test_selection = ["tests/test_core.py", "tests/test_model.py"]
 """
 
 CORE = """
@@ -26,6 +29,22 @@ def scale(x, factor=2):
 
 def clip(x, low=0):
     return max(x, low)
+"""
+
+MODEL = """
+from tiny.core import scale
+
+
+def training_loss(x):
+    return scale(x, 3)
+"""
+
+MODEL_TEST = """
+from tiny.model import training_loss
+
+
+def test_training_loss_by_hand():
+    assert training_loss(5) == 15
 """
 
 # Checks scale's value but clip's only above its bound: moving the bound survives.
@@ -56,8 +75,10 @@ def test_mutate_reports_the_planted_surviving_mutant(tmp_path, capfd):
             "pyproject.toml": PYPROJECT,
             "src/tiny/__init__.py": "",
             "src/tiny/core.py": CORE,
+            "src/tiny/model.py": MODEL,
             "src/tiny/plumbing.py": "def untouched(x):\n    return x + 1\n",
             "tests/test_core.py": WEAK_TEST,
+            "tests/test_model.py": MODEL_TEST,
         },
     )
     (project / "mutants").mkdir()
@@ -75,3 +96,40 @@ def test_mutate_needs_the_core_module_in_the_project_config(tmp_path):
     project = write(tmp_path / "tiny", {"pyproject.toml": PYPROJECT.replace("core.py", "x.py")})
     with pytest.raises(SystemExit, match="src/tiny/core.py"):
         mutation_targets(project)
+
+
+def test_mutate_needs_the_model_module_in_the_project_config(tmp_path):
+    without = PYPROJECT.replace(', "src/tiny/model.py"', "")
+    project = write(tmp_path / "tiny", {"pyproject.toml": without})
+    with pytest.raises(SystemExit, match="must list src/tiny/model.py"):
+        mutation_targets(project)
+
+
+def test_config_problems_name_missing_files_and_tests(tmp_path):
+    broken = PYPROJECT.replace('"tests/test_model.py"', '"tests/test_model.py::test_gone"')
+    broken = broken.replace('"src/tiny/core.py", ', "")
+    project = write(
+        tmp_path / "tiny",
+        {
+            "pyproject.toml": broken,
+            "src/tiny/model.py": MODEL,
+            "tests/test_core.py": WEAK_TEST,
+            "tests/test_model.py": MODEL_TEST,
+        },
+    )
+    assert mutation_config_problems(project) == [
+        "only_mutate lacks src/tiny/core.py",
+        "selected test tests/test_model.py::test_gone does not exist",
+    ]
+    (project / "tests" / "test_model.py").unlink()
+    assert mutation_config_problems(project)[-2:] == [
+        "selected test file tests/test_model.py does not exist",
+        "no selected test imports tiny.model or tiny.cli",
+    ]
+
+
+@needs_projects
+@pytest.mark.parametrize("folder", PROJECTS, ids=lambda p: p.name)
+def test_every_project_mutates_its_math_and_module_against_tests_that_exist(folder):
+    assert mutation_config_problems(folder) == []
+    assert mutation_targets(folder)  # what `tools/ci.py mutate` itself requires

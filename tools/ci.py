@@ -17,9 +17,12 @@ exactly what it declares, so an undeclared import fails here rather than for a u
 whose lane collected no tests.
 
 `mutate` runs mutmut (3.8.1, from PyPI) from the project's folder with the project's own
-`[tool.mutmut]` table, which must name `src/<package>/core.py` in `only_mutate` (plus any other
-file of the paper's math) and narrow `pytest_add_cli_args_test_selection` to the fast tests that
-exercise the math and the default path. It prints killed / survived / timed out counts and each
+`[tool.mutmut]` table, which must name `src/<package>/core.py` (the paper's math) and
+`src/<package>/model.py` (the LightningModule's loss, sampling and data-draw path: planted
+one-line bugs there passed the fast lanes of eight projects) in `only_mutate`, plus any other file
+of the math or of that path (a sampler module, or data.py when the per-step draw lives there),
+and narrow `pytest_add_cli_args_test_selection` to the fast tests that exercise the math and the
+module's default path by value. It prints killed / survived / timed out counts and each
 survivor's diff. mutmut rather than cosmic-ray: it needs no session database or per-module
 config, runs straight from a project's pyproject in a src layout (its copy in `mutants/src`
 shadows the editable install), and forks each mutant from a process that has already imported
@@ -243,15 +246,22 @@ def has_mutation_config(folder: Path) -> bool:
     return "mutmut" in tomllib.loads((folder / "pyproject.toml").read_text()).get("tool", {})
 
 
+MUTATION_REQUIRED = ("core.py", "model.py")  # the paper's math and the module's training path
+
+
 def mutation_targets(folder: Path) -> list[str]:
     """The files ``folder``'s ``[tool.mutmut] only_mutate`` names; SystemExit when the table is
-    missing or leaves out ``src/<package>/core.py``."""
+    missing or leaves out ``src/<package>/core.py`` or ``src/<package>/model.py``."""
     meta = tomllib.loads((folder / "pyproject.toml").read_text())
     targets = meta.get("tool", {}).get("mutmut", {}).get("only_mutate", [])
     package = meta.get("tool", {}).get("uv", {}).get("build-backend", {}).get("module-name")
-    core = f"src/{package or meta['project']['name'].replace('-', '_')}/core.py"
-    if core not in targets:
-        raise SystemExit(f"{folder}: pyproject.toml [tool.mutmut] only_mutate must list {core}")
+    package = package or meta["project"]["name"].replace("-", "_")
+    missing = [f"src/{package}/{name}" for name in MUTATION_REQUIRED]
+    missing = [path for path in missing if path not in targets]
+    if missing:
+        raise SystemExit(
+            f"{folder}: pyproject.toml [tool.mutmut] only_mutate must list {' and '.join(missing)}"
+        )
     return targets
 
 
@@ -328,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     smoke_cmd = commands.add_parser("smoke", help="`train` through the real entry point")
     smoke_cmd.add_argument("unit")
     smoke_cmd.add_argument("--bf16-gpu", action="store_true", help="20 bf16-mixed steps on a GPU")
-    mutate_cmd = commands.add_parser("mutate", help="mutation-test one project's math (mutmut)")
+    mutate_cmd = commands.add_parser(
+        "mutate", help="mutation-test one project's math and module (mutmut)"
+    )
     mutate_cmd.add_argument("unit")
     mutate_cmd.add_argument("--max-children", type=int, default=2, help="parallel mutants")
     replicate_cmd = commands.add_parser("replicate", help="reproduce --replicate of one project")

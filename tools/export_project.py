@@ -77,12 +77,12 @@ def export(slug: str, dest: Path, lock: bool = True) -> Path:
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     data = tomllib.loads((dest / "pyproject.toml").read_text())
     _rewrite_sources(data, {n: f"shared/{folder_of[n]}" for n in folder_of})
-    package = data.get("tool", {}).get("uv", {}).get("build-backend", {}).get("module-name")
-    package = package or slug.replace("-", "_")
+    # The dispatchers' targets become plain scripts: papers.train -> train, papers.reproduce ->
+    # reproduce (e.g. `<package>.cli:main` and `<package>.claim:main`).
+    groups = data["project"].pop("entry-points", {})
     data["project"].setdefault("scripts", {}).update(
-        {"train": f"{package}.cli:main", "reproduce": f"{package}.cli:reproduce"}
+        {command: groups[f"papers.{command}"][slug] for command in ("train", "reproduce")}
     )
-    data["project"].pop("entry-points", None)
     tool = data.setdefault("tool", {})
     uv = tool.setdefault("uv", {})
     for key in ("python-downloads", "constraint-dependencies"):

@@ -1,8 +1,9 @@
 """Create a paper project from the skeleton: `uv run tools/new_project.py <slug>`.
 
-Writes projects/<slug>/ (README with the required sections, pyproject with the unique script and
-both entry points, configs/default.yaml and paper.yaml, src/<package>/ with core, baselines,
-model, data and cli, and tests), then adds it to uv.lock. The generated project trains, passes
+Writes projects/<slug>/ (README with the required sections, pyproject with the unique script,
+both entry points (`train` in cli.py, `reproduce` = claim.py's `main`) and the mutation lane's
+table, configs/default.yaml and paper.yaml, src/<package>/ with core, baselines, model, data, cli
+and claim, and tests), then adds it to uv.lock. The generated project trains, passes
 its tests and writes a results record; its example method is a stand-in to replace with the paper.
 """
 

@@ -444,7 +444,7 @@ def plot_frontier(path: Path, frontier: dict[int, dict[str, list[dict]]]) -> Non
     plt.close(fig)
 
 
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce`."""
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
     torch.set_num_threads(1)
     run_claim_experiment()

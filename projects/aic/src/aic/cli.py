@@ -1,5 +1,5 @@
-"""``train``: the LightningCLI entry point (the claim experiment, ``reproduce``, is in
-``aic.claim``)."""
+"""``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
+``aic.claim:main``; claim.py imports this module, never the other way round."""
 
 from __future__ import annotations
 

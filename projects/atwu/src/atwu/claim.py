@@ -504,3 +504,8 @@ def notes(overhead: float) -> str:
         f"wall time is {overhead:.2f}x that of uniform token weights (one retain-gradient "
         "backward and one JVP per step)."
     )
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

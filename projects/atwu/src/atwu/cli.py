@@ -1,4 +1,4 @@
-"""``train`` (LightningCLI: fine-tune, then unlearn) and ``reproduce`` (the claim experiment)."""
+"""``train`` (LightningCLI: fine-tune, then unlearn); ``reproduce`` is ``atwu.claim:main``."""
 
 from __future__ import annotations
 
@@ -15,10 +15,3 @@ def train(args: list[str] | None = None) -> PapersCLI:
 def main() -> None:
     """Console entry point of `uv run train` (and of the unique `atwu` script)."""
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce`."""
-    from atwu.claim import run_claim_experiment
-
-    run_claim_experiment()

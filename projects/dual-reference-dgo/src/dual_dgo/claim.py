@@ -501,3 +501,8 @@ def write_plots(out: str | Path, per_seed: list[dict], sweep: list[dict], k_max:
     fig.savefig(out / "tradeoff.png", dpi=120)
     plt.close(fig)
     return ["fast_rate.png", "tradeoff.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

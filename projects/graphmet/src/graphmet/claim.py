@@ -556,3 +556,8 @@ def _plots(out: Path, chosen, seeds, leads: int) -> list[str]:
     )
     figures.append(name)
     return figures
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

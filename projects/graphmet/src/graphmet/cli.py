@@ -1,5 +1,5 @@
-"""Entry points: ``train`` (LightningCLI over the module and data) and ``reproduce`` (the claim
-experiment of ``claim.py``)."""
+"""``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
+``graphmet.claim:main``; claim.py imports this module, never the other way round."""
 
 from __future__ import annotations
 
@@ -44,10 +44,3 @@ def main() -> None:
     """Console entry point of `uv run train` (and of the unique `graphmet` script)."""
     torch.set_num_threads(CPU_THREADS)
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce` (the claim experiment, ``claim.py``)."""
-    from graphmet.claim import run_claim_experiment
-
-    run_claim_experiment()

@@ -346,3 +346,8 @@ def plot(out: Path, per_session: dict, sweep: dict, settings: dict) -> list[str]
     fig.savefig(out / "claim.png", dpi=110)
     plt.close(fig)
     return ["claim.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

@@ -1,7 +1,8 @@
-"""Entry points: ``train`` (LightningCLI), ``reproduce`` (the claim experiment, claim.py),
-``learned-async-schedule-ablations`` (the design note's ablations, claim.py) and
-``learned-async-schedule-sample`` (paper scale: checkpoint -> samples -> VAE decode -> ADM .npz,
-sample.py)."""
+"""``train`` (LightningCLI) and its CLI class. The other entry points live beside what they run
+and this module never imports them: ``reproduce`` (the claim experiment) and
+``learned-async-schedule-ablations`` (the design note's ablations) in claim.py,
+``learned-async-schedule-sample`` (paper scale: checkpoint -> samples -> VAE decode -> ADM .npz)
+in sample.py."""
 
 from __future__ import annotations
 
@@ -37,24 +38,3 @@ def train(args: list[str] | None = None) -> PapersCLI:
 def main() -> None:
     """Console entry point of `uv run train` (and of the unique script)."""
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce`."""
-    from async_schedule.claim import run_claim_experiment
-
-    run_claim_experiment()
-
-
-def ablations() -> None:
-    """Console entry point of the ablation experiment (not part of the claim's verdict)."""
-    from async_schedule.claim import run_ablations
-
-    run_ablations()
-
-
-def sample() -> None:
-    """Console entry point of the paper-scale sample-and-decode command."""
-    from async_schedule.sample import sample_to_adm
-
-    sample_to_adm()

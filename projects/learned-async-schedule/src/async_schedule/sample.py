@@ -55,6 +55,11 @@ def sample_to_adm(argv: list[str] | None = None) -> dict:
         return _sample_to_adm(parser().parse_args(argv))
 
 
+def main() -> None:
+    """Console entry point of `learned-async-schedule-sample`."""
+    sample_to_adm()
+
+
 def _sample_to_adm(args: argparse.Namespace) -> dict:
     from diffusers import AutoencoderKL
 

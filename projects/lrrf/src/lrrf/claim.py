@@ -348,3 +348,8 @@ def make_plots(out: Path, measured, spec) -> list[str]:
     fig.savefig(out / "accuracy_along_sequence.png", dpi=110)
     plt.close(fig)
     return ["r_matrices.png", "accuracy_along_sequence.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

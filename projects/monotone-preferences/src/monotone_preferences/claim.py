@@ -493,3 +493,8 @@ def make_plots(out: str | Path, per_seed: dict, settings: dict, results: dict) -
     fig.savefig(out / "selection_signs.png", dpi=110)
     plt.close(fig)
     return ["error_vs_n.png", "selection_signs.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

@@ -467,3 +467,8 @@ def plot_all(out: Path, frontier, results, curves, extras, settings) -> list[str
     fig.savefig(out / "steps_sweep.png")
     plt.close(fig)
     return ["frontier.png", "both_modes_vs_samples.png", "steps_sweep.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

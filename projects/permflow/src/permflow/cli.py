@@ -1,4 +1,5 @@
-"""Entry points: ``train`` (LightningCLI) and ``reproduce`` (the claim experiment, claim.py)."""
+"""``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
+``permflow.claim:main``; claim.py imports this module, never the other way round."""
 
 from __future__ import annotations
 
@@ -30,10 +31,3 @@ def train(args: list[str] | None = None) -> PapersCLI:
 def main() -> None:
     """Console entry point of `uv run train` (and of the unique `permflow` script)."""
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce`."""
-    from permflow.claim import run_claim_experiment
-
-    run_claim_experiment()

@@ -852,3 +852,8 @@ def plot_all(out: Path, used, seeds, details) -> list[str]:
     fig.savefig(out / "uses_and_ablations.png")
     plt.close(fig)
     return ["uses_and_ablations.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

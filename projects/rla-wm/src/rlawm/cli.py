@@ -1,4 +1,5 @@
-"""Entry points: ``train`` (LightningCLI: fit, validate, test) and ``reproduce`` (claim.py)."""
+"""``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
+``rlawm.claim:main``; claim.py imports this module, never the other way round."""
 
 from __future__ import annotations
 
@@ -33,10 +34,3 @@ def train(args: list[str] | None = None) -> PapersCLI:
 def main() -> None:
     """Console entry point of `uv run train` (and of the unique `rla-wm` script)."""
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce`."""
-    from rlawm.claim import run_claim_experiment
-
-    run_claim_experiment()

@@ -289,3 +289,8 @@ def notes(evidence: dict[str, Any]) -> list[str]:
         )
         + ".",
     ]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

@@ -1,4 +1,5 @@
-"""Entry points: ``train`` (LightningCLI) and ``reproduce`` (the claim experiment, claim.py)."""
+"""``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
+``seqrejectron.claim:main``; claim.py imports this module, never the other way round."""
 
 from __future__ import annotations
 
@@ -28,10 +29,3 @@ def train(args: list[str] | None = None) -> PapersCLI:
 def main() -> None:
     """Console entry point of `uv run train` (and of the unique `seqrejectron` script)."""
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce`."""
-    from seqrejectron.claim import run_claim_experiment
-
-    run_claim_experiment()

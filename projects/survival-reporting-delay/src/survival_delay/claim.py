@@ -386,3 +386,8 @@ def _plot(out, results) -> list[str]:
         title="RMSE vs target window (simulation, all seeds' replications)",
     )
     return ["sim_rmse.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()

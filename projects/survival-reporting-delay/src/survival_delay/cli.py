@@ -1,4 +1,5 @@
-"""``train`` (LightningCLI) and the ``reproduce`` entry point (the claim lives in claim.py)."""
+"""``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
+``survival_delay.claim:main``; claim.py imports this module, never the other way round."""
 
 from __future__ import annotations
 
@@ -27,10 +28,3 @@ def train(args: list[str] | None = None) -> PapersCLI:
 def main() -> None:
     """Console entry point of `uv run train` (and of the `survival-reporting-delay` script)."""
     train()
-
-
-def reproduce() -> None:
-    """Console entry point of `uv run reproduce` (the claim experiment, claim.py)."""
-    from survival_delay.claim import run_claim_experiment
-
-    run_claim_experiment()

@@ -507,3 +507,8 @@ def plots(out, runner, spec, tuning, steps, language) -> list[str]:
     fig.savefig(out / "predicted_vs_realised.png", dpi=120)
     plt.close(fig)
     return ["downstream_vs_time.png", "predicted_vs_realised.png"]
+
+
+def main() -> None:
+    """Console entry point of `uv run reproduce` (entry point group papers.reproduce)."""
+    run_claim_experiment()
