@@ -23,7 +23,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,8 @@ import torch  # noqa: E402
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval.record import git_revision  # noqa: E402
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from permflow.cli import PermFlowCLI  # noqa: E402
 from permflow.data import PermutationDataModule  # noqa: E402
@@ -64,10 +65,12 @@ METRICS = tuple(
 ) + ("val_score",)
 
 
-def fit_one(job: tuple[dict[str, Any], str, str, tuple, int]) -> dict[str, Any]:
+def fit_one(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
     """Train one (subject, task, training knobs, seed) run with one torch thread; return what
-    rebuilds it (a top-level function, so spawned pool workers can call it)."""
-    settings, subject, task, knobs, seed = job
+    rebuilds it (a top-level function: the shared job runner may call it in a worker).
+    ``job.params`` holds the task and the training knobs."""
+    subject, seed = job.subject, job.seed
+    task, knobs = job_task_knobs(job)
     torch.set_num_threads(1)
     overrides = [
         f"--trainer.max_steps={settings[task]['max_steps']}",
@@ -105,30 +108,49 @@ def constructor_args(hparams) -> dict[str, Any]:
     return {k: v for k, v in dict(hparams).items() if not k.startswith("_")}
 
 
-class Runner:
-    """Trains (and caches) one model per (subject, task, training knobs, seed); ``prefit``
-    trains a list of them in ``workers`` spawned processes of one torch thread each (2 on the
-    2-core machine: two one-thread trainings beat one two-thread training)."""
+def job_task_knobs(job: Job) -> tuple[str, tuple]:
+    """A job's task and its training knobs, sorted by name (the order of the overrides)."""
+    params = dict(job.params)
+    task = params.pop("task")
+    return task, tuple(sorted(params.items()))
 
-    def __init__(self, settings: dict[str, Any], workers: int = 1):
-        self.settings, self.workers = settings, workers
+
+class Runner:
+    """Trains (and keeps) one model per (subject, task, training knobs, seed); ``prefit``
+    trains a list of them as jobs of the shared runner (``papers_eval.jobs``: cached under
+    runs/permflow/jobs, ``--jobs`` spawned processes of one torch thread each; 2 by default on
+    the 2-core machine: two one-thread trainings beat one two-thread training)."""
+
+    def __init__(self, settings: dict[str, Any], options: dict[str, Any] | None = None):
+        self.settings = settings
+        self.options = dict(options or {"workers": 1})
         self.models: dict[tuple, tuple[PermutationModel, PermutationDataModule, float]] = {}
-        self.initial_norms: dict[tuple, torch.Tensor] = {}
+        self.results: list[JobResult] = []
 
     def key(self, subject: str, task: str, params: dict[str, Any], seed: int) -> tuple:
         knobs = tuple(sorted((k, v) for k, v in params.items() if k not in DECODE_KNOBS))
         return (subject, task, knobs, seed)
 
-    def prefit(self, runs: list[tuple[str, str, dict[str, Any], int]]) -> None:
+    def prefit(self, runs: list[tuple[str, str, dict[str, Any], int]], stage: str = "fit") -> None:
         keys = [k for k in dict.fromkeys(self.key(*run) for run in runs) if k not in self.models]
-        jobs = [(self.settings, *key) for key in keys]
-        if self.workers <= 1 or len(jobs) <= 1:
-            fitted = [fit_one(job) for job in jobs]
-        else:
-            context = multiprocessing.get_context("spawn")  # forking after torch started can hang
-            with context.Pool(min(self.workers, len(jobs))) as pool:
-                fitted = pool.map(fit_one, jobs, chunksize=1)
-        for key, run in zip(keys, fitted, strict=True):
+        jobs = [
+            Job(subject, seed, {"task": task, **dict(knobs)}, stage=stage)
+            for subject, task, knobs, seed in keys
+        ]
+        if not jobs:
+            return
+        done = run_jobs(
+            fit_one,
+            jobs,
+            settings=self.settings,
+            cache_dir=PROJECT.parents[1] / "runs" / "permflow" / "jobs",
+            revision=git_revision(PROJECT),
+            label="permflow",
+            **self.options,
+        )
+        self.results.extend(done)
+        for key, result in zip(keys, done, strict=True):
+            run = result.value
             model = PermutationModel(**run["model"])
             model.load_state_dict(run["state"])
             data = PermutationDataModule(**run["data"])
@@ -187,16 +209,7 @@ def mean_of(result: dict[str, Any], key: str) -> float:
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation, run every subject on every seed and task, judge, write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="training processes, one torch thread each (default: 2, the 2 cores; 1 with "
-        "--quick, where starting processes costs more than it saves)",
-    )
-    args = parser.parse_args(argv)
-    if args.jobs is None:
-        args.jobs = 1 if args.quick else 2
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     # One intra-op thread: on the shared 2-core machine a 2-thread pool stalls whenever another
     # process holds a core (training steps measured 3-6x slower than with one thread); this is
@@ -206,11 +219,12 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = dict(spec.settings)
-    runner = Runner(settings, args.jobs)
+    runner = Runner(settings, runner_options(args, default_workers=2))
     trained = [subject for subject in SUBJECTS if subject != "oracle"]
     grids = tuning_grids(spec.tuning, spec.subjects)
     runner.prefit(
-        [(s, task, p, spec.seeds[0]) for s in trained for p in grids[s] for task in TASKS]
+        [(s, task, p, spec.seeds[0]) for s in trained for p in grids[s] for task in TASKS],
+        stage="tune",
     )
     frontier: dict[str, list[dict[str, Any]]] = {task: [] for task in TASKS}
 
@@ -232,7 +246,10 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     tuning_s = time.perf_counter() - start
     best = dict(tuning.best)
     best["oracle"] = best["permflow"]  # the oracle's base is the tuned PermFlow's
-    runner.prefit([(s, t, best[s], seed) for s in trained for seed in spec.seeds for t in TASKS])
+    runner.prefit(
+        [(s, t, best[s], seed) for s in trained for seed in spec.seeds for t in TASKS],
+        stage="test",
+    )
     curves: dict[str, dict[str, list[float]]] = {task: {} for task in TASKS}
     extras: dict[str, dict[str, Any]] = {task: {} for task in TASKS}
 
@@ -290,6 +307,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         evidence=evidence,
         notes=NOTES,
         figures=[*figures, "details.json"],
+        jobs=summarise_jobs(runner.results),
     )
     return {"verdict": judgement.verdict, "results": results, "extras": extras}
 
