@@ -24,9 +24,8 @@ digits). Tuning scores the same samples against the validation digits.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,18 @@ from async_schedule.evaluate import class_coverage_tv, digit_quality
 from async_schedule.model import CURVE_GRID, AsyncDiffusionModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval.jobs import (
+    Job,
+    JobResult,
+    canonical_json,
+    run_jobs,
+    runner_options,
+    summarise_jobs,
+)
+from papers_eval.record import git_revision
 
 PROJECT_DIR = project_dir_of(__file__)
+JOBS_DIR = PROJECT_DIR.parents[1] / "runs" / "learned-async-schedule" / "jobs"
 CLAIM_FILE = PROJECT_DIR / "configs" / "claim.yaml"
 ABLATION_FILE = PROJECT_DIR / "configs" / "ablations.yaml"
 SUBJECTS = ("las", "synchronous", "power", "sfd", "zero_probe", "hand_lag")
@@ -80,7 +89,8 @@ def schedule_flags(subject: str, params: dict[str, Any], settings: dict[str, Any
 class Runner:
     """Trains configurations through the real CLI and scores them; a configuration trained once
     on a seed (e.g. during tuning) is not trained again (training is deterministic).
-    ``prefetch`` trains a list of configurations in ``settings.workers`` processes."""
+    ``prefetch`` trains a list of configurations as jobs of the shared runner
+    (``papers_eval.jobs``: worker processes of one thread, a resumable cache under runs/)."""
 
     def __init__(self, settings: dict[str, Any], quick: bool) -> None:
         self.settings, self.quick = settings, quick
@@ -91,6 +101,13 @@ class Runner:
         self.evaluator = self.data.evaluator()
         self.references = {split: self.data.reference(split) for split in ("val", "test")}
         self.cache: dict[tuple, dict[str, Any]] = {}
+        self.jobs: list[JobResult] = []  # every job the runner ran or loaded, for the record
+        _RUNNERS[canonical_json(self.job_settings())] = self  # in-process jobs reuse the data
+
+    def job_settings(self) -> dict[str, Any]:
+        """The settings of every job (its cache key): the claim's settings, less the worker
+        count (which does not change a result), and whether the run is --quick."""
+        return {**{k: v for k, v in self.settings.items() if k != "workers"}, "quick": self.quick}
 
     def run(self, flags: list[str], seed: int) -> dict[str, Any]:
         key = (tuple(flags), seed)
@@ -98,22 +115,29 @@ class Runner:
             self.cache[key] = self.train_and_score(flags, seed)
         return self.cache[key]
 
-    def prefetch(self, jobs: list[tuple[list[str], int]]) -> None:
-        """Train and score every (flags, seed) not yet cached, in parallel processes (each one
-        thread; the slowest, LAS with its probe, first so the workers finish together)."""
-        todo = list(dict.fromkeys((tuple(f), s) for f, s in jobs))
+    def prefetch(self, jobs: list[tuple[list[str], int, str]], **options: Any) -> None:
+        """Train and score every (flags, seed) not yet cached, as jobs of ``run_jobs`` in the
+        given stage (each one thread; the slowest, LAS with its probe, first so the workers
+        finish together). ``options``: ``runner_options(args, ...)`` (workers, fresh,
+        scheduler)."""
+        stages = {(tuple(f), s): stage for f, s, stage in reversed(jobs)}  # the first one wins
+        todo = list(dict.fromkeys((tuple(f), s) for f, s, _ in jobs))
         todo = [job for job in todo if job not in self.cache]
         todo.sort(key=lambda job: not any(f.startswith("--model.probe_steps=") for f in job[0]))
-        workers = int(self.settings.get("workers", 1))
-        if workers <= 1 or len(todo) <= 1:
-            for flags, seed in todo:
-                self.run(list(flags), seed)
+        if not todo:
             return
-        context = multiprocessing.get_context("spawn")  # forking after torch started can hang
-        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=context) as pool:
-            outs = pool.map(_train_in_worker, [(self.settings, self.quick, job) for job in todo])
-            for job, result in zip(todo, outs, strict=True):
-                self.cache[job] = result
+        done = run_jobs(
+            train_job,
+            [Job(job_subject(f), s, {"flags": list(f)}, stages[f, s]) for f, s in todo],
+            settings=self.job_settings(),
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT_DIR),
+            label="learned-async-schedule",
+            **options,
+        )
+        for job, result in zip(todo, done, strict=True):
+            self.cache[job] = result.value
+        self.jobs.extend(done)
 
     def train_and_score(self, flags: list[str], seed: int) -> dict[str, Any]:
         s = self.settings
@@ -167,16 +191,28 @@ class Runner:
         }
 
 
-_WORKER_RUNNER: Runner | None = None  # one per worker process: the data is built once
+_RUNNERS: dict[str, Runner] = {}  # one per process and settings: the data is built once
 
 
-def _train_in_worker(job: tuple[dict[str, Any], bool, tuple[tuple[str, ...], int]]) -> dict:
-    global _WORKER_RUNNER
-    settings, quick, (flags, seed) = job
-    torch.set_num_threads(1)
-    if _WORKER_RUNNER is None:
-        _WORKER_RUNNER = Runner(settings, quick)
-    return _WORKER_RUNNER.train_and_score(list(flags), seed)
+def job_subject(flags: tuple[str, ...] | list[str]) -> str:
+    """A job's subject for display: the schedule its flags select (the flags are its params)."""
+    schedules = [f.split("=", 1)[1] for f in flags if f.startswith("--model.schedule=")]
+    return schedules[-1] if schedules else "default"
+
+
+def train_job(job: Job, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """One job of the runner (top level: a worker process imports it by name): train the flags
+    ``job.params["flags"]`` on ``job.seed`` and score them (``Runner.train_and_score``)."""
+    runner = _RUNNERS.get(canonical_json(settings))
+    if runner is None:
+        plain = {k: v for k, v in settings.items() if k != "quick"}
+        runner = Runner(plain, bool(settings["quick"]))
+    return runner.train_and_score(list(job.params["flags"]), job.seed)
+
+
+def stage_of(grid: list[dict[str, Any]]) -> str:
+    """A job of a tuning grid is in the stage "tune"; an untuned subject's, "test"."""
+    return "test" if grid == [{}] else "tune"
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
@@ -196,26 +232,29 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     # Everything that does not depend on the tuning's outcome, in parallel: the grids on the
     # tuning seed and the untuned subjects on every seed. Then the tuned baselines' other seeds.
     grids = tuning_grids(spec.tuning, spec.subjects)
+    options = runner_options(args, default_workers=int(settings.get("workers", 1)))
     runner.prefetch(
         [
-            (schedule_flags(subject, params, settings), spec.seeds[0])
+            (schedule_flags(subject, params, settings), spec.seeds[0], stage_of(grid))
             for subject, grid in grids.items()
             for params in grid
         ]
         + [
-            (schedule_flags(subject, {}, settings), seed)
+            (schedule_flags(subject, {}, settings), seed, "test")
             for seed in spec.seeds
             for subject, grid in grids.items()
             if grid == [{}]
-        ]
+        ],
+        **options,
     )
     tuning = tune(spec, validation_score)
     runner.prefetch(
         [
-            (schedule_flags(subject, tuning.best.get(subject, {}), settings), seed)
+            (schedule_flags(subject, tuning.best.get(subject, {}), settings), seed, "test")
             for seed in spec.seeds
             for subject in spec.subjects
-        ]
+        ],
+        **options,
     )
     extras: dict[str, dict[int, dict[str, Any]]] = {s: {} for s in spec.subjects}
 
@@ -250,6 +289,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         headline=headline(results, judgement.verdict, tuning.best),
         notes=notes(evidence, settings),
         figures=figures,
+        jobs=summarise_jobs(runner.jobs),
     )
     return {"verdict": judgement.verdict, "results": results, "evidence": evidence}
 
@@ -404,7 +444,10 @@ def run_ablations(argv: list[str] | None = None) -> dict[str, Any]:
         extra = [f"--trainer.max_steps={total}"] if name == "learned_throughout" else []
         return [*las, *ABLATIONS[name], *extra]
 
-    runner.prefetch([(ablation_flags(name), seed) for name in names for seed in spec.seeds])
+    runner.prefetch(
+        [(ablation_flags(name), seed, "ablation") for name in names for seed in spec.seeds],
+        **runner_options(args, default_workers=int(settings.get("workers", 1))),
+    )
     for name in names:
         flags = ablation_flags(name)
         per_seed = {seed: runner.run(flags, seed) for seed in spec.seeds}

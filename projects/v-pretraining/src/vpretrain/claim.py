@@ -22,9 +22,11 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
-import tempfile
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +36,20 @@ from lightning.pytorch import Callback
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.record import git_revision
 from vpretrain import core, evaluation
 from vpretrain.cli import VPretrainCLI
 from vpretrain.data import VPretrainDataModule
 from vpretrain.model import VPretrainModule
 
-CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+PROJECT_DIR = project_dir_of(__file__)
+CLAIM_FILE = PROJECT_DIR / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT_DIR.parents[1] / "runs" / "v-pretraining" / "jobs"
+# The checkpoints later jobs start from (the language base, a vision base per seed), named by a
+# digest of their content: the jobs name the digest in their params, so a job's cache key
+# changes when its base does, and a worker process finds the file by it.
+INPUTS_DIR = PROJECT_DIR.parents[1] / "runs" / "v-pretraining" / "inputs"
 LANGUAGE = {  # subject -> its CLI overrides on top of the CPT settings
     "vpretrain": {"model.arm": "vpretrain"},
     "random_gradient": {"model.arm": "random_gradient"},
@@ -142,18 +152,21 @@ def language_overrides(settings: dict, subject: str, params: dict, seed: int) ->
     )
 
 
-def run_job(job: tuple, settings: dict, workdir: Path) -> dict:
-    """One job, in a worker process: ``("base",)``, ``("time", subject)``,
-    ``("language", subject, params, seed, steps)``, ``("agreement", seed)``,
-    ``("vision_base", seed)`` or ``("vision", arm, seed, steps)``."""
+def run_job(job: tuple, settings: dict, base_path: Path | None) -> dict:
+    """One job: ``("base",)``, ``("time", subject)``, ``("language", subject, params, seed,
+    steps)``, ``("agreement", seed)``, ``("vision_base", seed)`` or ``("vision", arm, seed,
+    steps)``. ``base_path``: the checkpoint a job starts from (the language base, or the vision
+    base of the seed for ``"vision"``). The base returns its scores and the learner's state,
+    a vision base its Lightning checkpoint (the caller stores them in ``INPUTS_DIR``)."""
     kind = job[0]
     # The base runs alone (both threads); every other job shares the cores with another worker.
     torch.set_num_threads(settings["workers"] if kind == "base" else 1)
-    base_path = workdir / "base.pt"
     if kind == "base":
         cli = fit(0, _flags({**settings["common"], **settings["base"]}))
-        torch.save(cli.model.learner.state_dict(), base_path)
-        return score(cli.model.eval(), cli.datamodule)
+        return {
+            "score": score(cli.model.eval(), cli.datamodule),
+            "learner": cli.model.learner.state_dict(),
+        }
     if kind == "time":
         timer = StepTimer()
         steps = settings["timing_steps"]
@@ -192,11 +205,9 @@ def run_job(job: tuple, settings: dict, workdir: Path) -> dict:
     from vpretrain import vision_claim
 
     if kind == "vision_base":
-        path = workdir / f"vision_base_{job[1]}.pt"
-        torch.save(vision_claim.pretrain_vision_base(job[1], settings["vision"]), path)
-        return {"path": str(path)}
+        return vision_claim.pretrain_vision_base(job[1], settings["vision"])
     _, arm, seed, steps = job
-    base = torch.load(workdir / f"vision_base_{seed}.pt", weights_only=True)
+    base = torch.load(base_path, weights_only=True)
     return vision_claim.run_vision_arm(arm, base, seed, {**settings["vision"], "steps": steps})
 
 
@@ -310,35 +321,123 @@ def value_agreement(seed: int, settings: dict, base_path: Path) -> dict:
     return {"value_correlation": float(np.corrcoef(a[:, 0], a[:, 1])[0, 1]), "pairs": pairs}
 
 
+def digest(value: Any) -> str:
+    """A sha256 (16 hex digits) of a state dict or checkpoint: names, tensors' dtypes, shapes
+    and bytes, and every other leaf's repr."""
+    h = hashlib.sha256()
+
+    def feed(x: Any) -> None:
+        if isinstance(x, Mapping):
+            for k, v in x.items():
+                h.update(f"<{k!r}>".encode())
+                feed(v)
+        elif isinstance(x, (list, tuple)):
+            h.update(f"[{len(x)}".encode())
+            for v in x:
+                feed(v)
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(repr(x).encode())
+
+    feed(value)
+    return h.hexdigest()[:16]
+
+
+def input_path(kind: str, key: str) -> Path:
+    return INPUTS_DIR / f"{kind}-{key}.pt"
+
+
+def store_input(kind: str, value: Any) -> str:
+    """Save a base in ``INPUTS_DIR`` under its digest (once); returns the digest."""
+    key = digest(value)
+    path = input_path(kind, key)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        torch.save(value, partial)
+        os.replace(partial, path)
+    return key
+
+
+def as_job(job: tuple, bases: Mapping[str, str]) -> Job:
+    """A job tuple as a ``Job`` of the shared runner (the stage is the kind); a job that starts
+    from a base names its digest in ``params["base"]``."""
+    kind = job[0]
+    if kind == "base":
+        return Job("base", 0, {}, kind)
+    if kind == "time":
+        return Job(job[1], 0, {"base": bases["base"]}, kind)
+    if kind == "language":
+        _, subject, params, seed, steps = job
+        return Job(subject, seed, {"params": params, "steps": steps, "base": bases["base"]}, kind)
+    if kind == "agreement":
+        return Job("vpretrain", job[1], {"base": bases["base"]}, kind)
+    if kind == "vision_base":
+        return Job("fixed_augment", job[1], {}, kind)
+    _, arm, seed, steps = job
+    return Job(arm, seed, {"steps": steps, "base": bases[f"vision_base {seed}"]}, kind)
+
+
+def as_tuple(job: Job) -> tuple:
+    """The inverse of ``as_job`` (without the base)."""
+    if job.stage == "base":
+        return ("base",)
+    if job.stage == "time":
+        return ("time", job.subject)
+    if job.stage == "language":
+        return ("language", job.subject, job.params["params"], job.seed, job.params["steps"])
+    if job.stage in ("agreement", "vision_base"):
+        return (job.stage, job.seed)
+    return ("vision", job.subject, job.seed, job.params["steps"])
+
+
+def claim_job(job: Job, settings: Mapping[str, Any]) -> dict:
+    """One job of the shared runner (top level: worker processes import it by name)."""
+    kind = "vision_base" if job.stage == "vision" else "base"
+    base = input_path(kind, job.params["base"]) if "base" in job.params else None
+    return run_job(as_tuple(job), dict(settings), base)
+
+
 class Runner:
     """Runs each job once (a cache keyed by the job); ``prefetch`` runs the uncached jobs of a
-    list in ``settings.workers`` spawned processes with one thread each. A job's result depends
-    only on the job, so the order does not matter."""
+    list as jobs of the shared runner (``papers_eval.jobs``: ``options`` from
+    ``runner_options``, worker processes with one thread each, a resumable cache under runs/).
+    A job's result depends only on the job, so the order does not matter."""
 
-    def __init__(self, settings: dict, workdir: Path) -> None:
-        self.settings, self.workdir, self.cache = settings, workdir, {}
+    def __init__(self, settings: dict, options: Mapping[str, Any]) -> None:
+        self.settings, self.options, self.cache = settings, dict(options), {}
+        self.bases: dict[str, str] = {}  # "base" / "vision_base <seed>" -> digest (INPUTS_DIR)
+        self.jobs: list[JobResult] = []  # every job run or loaded, for the record
 
     def __call__(self, *job) -> dict:
         key = _key(job)
         if key not in self.cache:
-            self.cache[key] = run_job(job, self.settings, self.workdir)
+            self.prefetch([job])
         return self.cache[key]
 
     def prefetch(self, jobs: list[tuple]) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         todo = list({_key(j): j for j in jobs if _key(j) not in self.cache}.values())
-        workers = int(self.settings.get("workers", 1))
-        if workers <= 1 or len(todo) <= 1:
-            for job in todo:
-                self(*job)
+        if not todo:
             return
-        context = multiprocessing.get_context("spawn")  # forking after torch started can hang
-        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=context) as pool:
-            futures = {_key(j): pool.submit(run_job, j, self.settings, self.workdir) for j in todo}
-            for key, future in futures.items():
-                self.cache[key] = future.result()
+        done = run_jobs(
+            claim_job,
+            [as_job(j, self.bases) for j in todo],
+            settings=self.settings,
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT_DIR),
+            label="v-pretraining",
+            **self.options,
+        )
+        for job, result in zip(todo, done, strict=True):
+            self.cache[_key(job)] = result.value
+            if job[0] == "base":
+                self.bases["base"] = store_input("base", result.value["learner"])
+            elif job[0] == "vision_base":
+                self.bases[f"vision_base {job[1]}"] = store_input("vision_base", result.value)
+        self.jobs.extend(done)
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
@@ -354,108 +453,104 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     )
     settings = dict(spec.settings)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        runner = Runner(settings, Path(tmp))
-        base = runner("base")
-        runner.prefetch([("time", s) for s in language])
-        step_time = {s: runner("time", s)["step_time_s"] for s in language}
-        steps = {s: max(1, int(settings["budget_s"] / step_time[s])) for s in language}
+    options = runner_options(args, default_workers=int(settings.get("workers", 2)))
+    runner = Runner(settings, options)
+    base = runner("base")["score"]
+    runner.prefetch([("time", s) for s in language])
+    step_time = {s: runner("time", s)["step_time_s"] for s in language}
+    steps = {s: max(1, int(settings["budget_s"] / step_time[s])) for s in language}
 
-        grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
-        runner.prefetch(
-            [("language", s, p, spec.seeds[0], steps[s]) for s, grid in grids.items() for p in grid]
+    grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
+    runner.prefetch(
+        [("language", s, p, spec.seeds[0], steps[s]) for s, grid in grids.items() for p in grid]
+    )
+    tuning = tune(
+        spec, lambda s, p, seed: runner("language", s, p, seed, steps[s])["val_answer_nll"]
+    )
+    jobs = [
+        ("language", s, tuning.best[s], seed, steps[s]) for s in language for seed in spec.seeds
+    ]
+    jobs += [("agreement", seed) for seed in spec.seeds]
+    jobs += [("vision_base", seed) for seed in spec.seeds]
+    runner.prefetch(jobs)
+    # The vision arms at equal wall time too: each arm's step time from a short run on the
+    # first seed's base, then steps = vision budget_s / step time.
+    vision = settings["vision"]
+    runner.prefetch(
+        [("vision", arm, spec.seeds[0], vision["timing_steps"]) for arm in VISION.values()]
+    )
+    vision_steps = {
+        arm: max(
+            1,
+            int(
+                vision["budget_s"]
+                / runner("vision", arm, spec.seeds[0], vision["timing_steps"])["step_time_s"]
+            ),
         )
-        tuning = tune(
-            spec, lambda s, p, seed: runner("language", s, p, seed, steps[s])["val_answer_nll"]
-        )
-        jobs = [
-            ("language", s, tuning.best[s], seed, steps[s]) for s in language for seed in spec.seeds
-        ]
-        jobs += [("agreement", seed) for seed in spec.seeds]
-        jobs += [("vision_base", seed) for seed in spec.seeds]
-        runner.prefetch(jobs)
-        # The vision arms at equal wall time too: each arm's step time from a short run on the
-        # first seed's base, then steps = vision budget_s / step time.
-        vision = settings["vision"]
-        runner.prefetch(
-            [("vision", arm, spec.seeds[0], vision["timing_steps"]) for arm in VISION.values()]
-        )
-        vision_steps = {
-            arm: max(
-                1,
-                int(
-                    vision["budget_s"]
-                    / runner("vision", arm, spec.seeds[0], vision["timing_steps"])["step_time_s"]
-                ),
-            )
-            for arm in VISION.values()
-        }
-        runner.prefetch(
-            [
-                ("vision", arm, seed, vision_steps[arm])
-                for arm in VISION.values()
-                for seed in spec.seeds
-            ]
-        )
+        for arm in VISION.values()
+    }
+    runner.prefetch(
+        [("vision", arm, seed, vision_steps[arm]) for arm in VISION.values() for seed in spec.seeds]
+    )
 
-        def run_one(subject: str, seed: int) -> dict:
-            out = {m: float("nan") for m in (*LANGUAGE_METRICS, *VISION_METRICS)}
-            if subject in LANGUAGE:
-                r = runner("language", subject, tuning.best[subject], seed, steps[subject])
-                out.update(
-                    {
-                        k: r[k]
-                        for k in (
-                            "test_answer_nll",
-                            "test_prose_nll",
-                            "test_pass_at_1",
-                            "val_answer_nll",
-                            "steps",
-                            "tokens",
-                            "wall_s",
-                        )
-                    }
-                )
-                out["perplexity"] = float(np.exp(np.mean(r["test_prose_nll"])))
-                if subject == "vpretrain":
-                    out["value_correlation"] = runner("agreement", seed)["value_correlation"]
-            # A subject without a vision run gets NaN per scene (never a passed check).
-            v = runner(
-                "vision",
-                VISION.get(subject, "fixed_augment"),
-                seed,
-                vision_steps[VISION.get(subject, "fixed_augment")],
-            )
-            if subject not in VISION:
-                v = {
-                    k: np.full_like(v[k], np.nan)
-                    if k in ("seg_miou", "depth_rmse", "probe_correct")
-                    else float("nan")
-                    for k in v
-                }
+    def run_one(subject: str, seed: int) -> dict:
+        out = {m: float("nan") for m in (*LANGUAGE_METRICS, *VISION_METRICS)}
+        if subject in LANGUAGE:
+            r = runner("language", subject, tuning.best[subject], seed, steps[subject])
             out.update(
-                vision_seg=v["seg_miou"],
-                vision_depth_rmse=v["depth_rmse"],
-                vision_probe_correct=v["probe_correct"],
-                vision_steps=v["steps"],
+                {
+                    k: r[k]
+                    for k in (
+                        "test_answer_nll",
+                        "test_prose_nll",
+                        "test_pass_at_1",
+                        "val_answer_nll",
+                        "steps",
+                        "tokens",
+                        "wall_s",
+                    )
+                }
             )
-            return out
+            out["perplexity"] = float(np.exp(np.mean(r["test_prose_nll"])))
+            if subject == "vpretrain":
+                out["value_correlation"] = runner("agreement", seed)["value_correlation"]
+        # A subject without a vision run gets NaN per scene (never a passed check).
+        v = runner(
+            "vision",
+            VISION.get(subject, "fixed_augment"),
+            seed,
+            vision_steps[VISION.get(subject, "fixed_augment")],
+        )
+        if subject not in VISION:
+            v = {
+                k: np.full_like(v[k], np.nan)
+                if k in ("seg_miou", "depth_rmse", "probe_correct")
+                else float("nan")
+                for k in v
+            }
+        out.update(
+            vision_seg=v["seg_miou"],
+            vision_depth_rmse=v["depth_rmse"],
+            vision_probe_correct=v["probe_correct"],
+            vision_steps=v["steps"],
+        )
+        return out
 
-        results = run_seeds(spec, run_one)
-        judgement = judge(spec, results)
-        evidence = {
-            "base": {k: float(np.mean(v)) for k, v in base.items()},
-            "step_time_s": step_time,
-            "steps": steps,
-            "vision_steps": vision_steps,
-            "designer": {
-                s: designer_summary(
-                    [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
-                )
-                for s in ("vpretrain", "random_gradient")
-            },
-        }
-        figures = plots(args.out, runner, spec, tuning, steps, language)
+    results = run_seeds(spec, run_one)
+    judgement = judge(spec, results)
+    evidence = {
+        "base": {k: float(np.mean(v)) for k, v in base.items()},
+        "step_time_s": step_time,
+        "steps": steps,
+        "vision_steps": vision_steps,
+        "designer": {
+            s: designer_summary(
+                [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
+            )
+            for s in ("vpretrain", "random_gradient")
+        },
+    }
+    figures = plots(args.out, runner, spec, tuning, steps, language)
     write_claim(
         args.out,
         project="v-pretraining",
@@ -467,6 +562,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         tuning=tuning,
         evidence=evidence,
         figures=figures,
+        jobs=summarise_jobs(runner.jobs),
     )
     return {"verdict": judgement.verdict, "results": results}
 
