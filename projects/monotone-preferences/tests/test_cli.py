@@ -118,12 +118,13 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert record["verdict"] == outcome["verdict"]
     assert {c["role"] for c in record["controls"]} == {"negative", "positive"}
     assert set(record["metrics"]) == {
-        "robust", "ols", "nnls", "additive", "hgb_monotone", "monotone_net", "isotonic", "hgb",
-        "l11_erm", "oracle",
+        "robust", "ols", "nnls", "glm", "additive", "hgb_monotone", "robust_hgb", "monotone_net",
+        "isotonic", "hgb", "l11_erm", "oracle",
     }  # fmt: skip
     evidence = record["evidence"]
     assert evidence["violation_rate"]["robust"] == 0.0  # monotone by construction
-    assert "precondition" in evidence and "robust_weight_on_linear_branch" in evidence
+    assert "robust_weight_on_linear_branch" in evidence
+    assert evidence["jobs"]["jobs"] > 0  # the shared runner's per-job times
     assert (tmp_path / "claim.md").is_file() and (tmp_path / "error_vs_n.png").is_file()
 
 
@@ -134,8 +135,6 @@ def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):
     text = (PROJECT / "configs" / "claim.yaml").read_text()
     bad.write_text(text.replace("seeds: [0, 1, 2, 3, 4]", "seeds: [0]"))
     monkeypatch.setattr(claim, "CLAIM_FILE", bad)
-    monkeypatch.setattr(
-        claim, "run_seed_grid", lambda *a, **k: pytest.fail("ran before validating")
-    )
+    monkeypatch.setattr(claim, "run_jobs", lambda *a, **k: pytest.fail("ran before validating"))
     with pytest.raises(ValueError, match="at least 3 seeds"):
         run_claim_experiment(["--out", str(tmp_path / "out")])
