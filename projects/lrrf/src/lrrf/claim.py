@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
@@ -36,10 +35,13 @@ from lrrf.data import LrrfDataModule
 from lrrf.model import LrrfModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import contrast_interval, judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.record import git_revision
 from papers_eval.tuning import tuning_grids
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "lrrf" / "jobs"  # the shared runner's cache
 SUBJECTS = (
     "lrrf", "lrrf_no_drm", "lrrf_no_ctir", "lrrf_no_kco", "seq_at", "er", "lwf", "ewc", "derpp",
     "air", "seq_at_compute", "joint_at",
@@ -109,64 +111,67 @@ def square_check(model: LrrfModule, settings: dict[str, Any], seed: int) -> dict
     return {"pgd_linf": float(correct[1].mean()), "square": float(square_correct.float().mean())}
 
 
-def run_job(job: tuple[str, tuple, int, dict[str, Any]]) -> dict[str, Any]:
-    """One (subject, params, seed) run, measured (a top-level function: pool workers call it)."""
-    subject, params, seed, settings = job
-    torch.set_num_threads(1)
-    model = fit(subject, seed, settings, dict(params))
+def run_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """One (subject, params, seed) run, measured (top level: the shared job runner's worker
+    processes import it by name; the runner gives it one torch thread)."""
+    model = fit(job.subject, job.seed, dict(settings), dict(job.params))
     outcome = measure(model)
-    if subject in ("seq_at", "lrrf"):
-        outcome["_square"] = square_check(model, settings, seed)
-    if subject == "lrrf":
+    if job.subject in ("seq_at", "lrrf"):
+        outcome["_square"] = square_check(model, settings, job.seed)
+    if job.subject == "lrrf":
         outcome["_moved"] = moved_from_accumulated(model)
     return outcome
 
 
-def run_all(jobs: list[tuple], settings: dict[str, Any], workers: int) -> list[dict[str, Any]]:
-    """Run the jobs, in ``workers`` processes of one torch thread each (spawned, so no worker
-    inherits started thread pools); results come back in order."""
-    full = [(subject, params, seed, settings) for subject, params, seed in jobs]
-    if workers <= 1 or len(full) <= 1:
-        return [run_job(job) for job in full]
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(min(workers, len(full))) as pool:
-        return pool.map(run_job, full, chunksize=1)
+def run_all(
+    runs: list[tuple[str, tuple, int]],
+    settings: dict[str, Any],
+    options: dict[str, Any],
+    stage: str,
+) -> list[JobResult]:
+    """Run (subject, sorted params, seed) triples as jobs of the shared runner
+    (``papers_eval.jobs``; ``options`` from ``runner_options``: worker processes of one torch
+    thread each, the cache under runs/lrrf/jobs); results come back in order."""
+    return run_jobs(
+        run_job,
+        [Job(subject, seed, dict(params), stage) for subject, params, seed in runs],
+        settings=settings,
+        cache_dir=JOBS_DIR,
+        revision=git_revision(PROJECT),
+        label="lrrf",
+        **options,
+    )
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation, run every subject on every seed, check the precondition, judge."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="worker processes, one torch thread each (default: 2, the 2 cores; "
-        "1 with --quick, where starting workers costs more than it saves)",
-    )
-    args = parser.parse_args(argv)
-    if args.jobs is None:
-        args.jobs = 1 if args.quick else 2
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     torch.set_num_threads(1)
     settings = dict(spec.settings)
+    options = runner_options(args, default_workers=2)
     runs: dict[tuple, dict[str, Any]] = {}  # (subject, params, seed) -> measured; reused
+    jobs: list[JobResult] = []  # every job run or loaded from the cache, for the record
 
-    def run_missing(jobs: list[tuple]) -> None:
-        jobs = [job for job in dict.fromkeys(jobs) if job not in runs]
-        runs.update(zip(jobs, run_all(jobs, settings, args.jobs), strict=True))
+    def run_missing(todo: list[tuple], stage: str) -> None:
+        todo = [run for run in dict.fromkeys(todo) if run not in runs]
+        done = run_all(todo, settings, options, stage)
+        runs.update(zip(todo, (result.value for result in done), strict=True))
+        jobs.extend(done)
 
     grids = tuning_grids(spec.tuning, spec.subjects)
     first = spec.seeds[0]
     run_missing([(s, tuple(sorted(p.items())), first) for s, g in grids.items() for p in g
-                 if p])  # fmt: skip
+                 if p], stage="tune")  # fmt: skip
     tuning = tune(spec, lambda s, p, seed: runs[(s, tuple(sorted(p.items())), seed)]["val_aa"])
 
     def chosen(subject: str) -> tuple:
         params = tuning.best.get(subject) or tuning.best.get(INHERITS.get(subject, ""), {})
         return tuple(sorted(params.items()))
 
-    run_missing([(s, chosen(s), seed) for seed in spec.seeds for s in SUBJECTS])
+    run_missing([(s, chosen(s), seed) for seed in spec.seeds for s in SUBJECTS], stage="test")
     measured: dict[str, dict[int, dict[str, Any]]] = {
         s: {seed: runs[(s, chosen(s), seed)] for seed in spec.seeds} for s in SUBJECTS
     }
@@ -185,7 +190,6 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         )
     evidence = summarise_evidence(spec, measured, precondition)
     evidence["inherited_tuning"] = {s: dict(chosen(s)) for s in INHERITS}
-    evidence["worker_processes"] = args.jobs
     figures = make_plots(args.out, measured, spec)
     write_claim(
         args.out,
@@ -200,6 +204,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         evidence=evidence,
         notes=notes_text(evidence),
         figures=figures,
+        jobs=summarise_jobs(jobs),
     )  # fmt: skip
     return {"verdict": judgement.verdict, "results": results, "evidence": evidence}
 

@@ -1,7 +1,8 @@
 """A second attack order (forgetting depends on the order), outside the pre-registered claim:
 LRRF, ER and sequential AT on the sequence of configs/order_l1_first.yaml (sparse L1 first,
 PGD-Linf last), each at the setting the claim's tuning chose (read from results/claim.json), on
-the claim's seeds, through the same ``claim.run_all`` as ``reproduce``. Writes
+the claim's seeds, through the same ``claim.run_all`` as ``reproduce`` (the shared job runner:
+``--jobs`` worker processes, its cache under runs/lrrf/jobs, ``--fresh``). Writes
 ``second_order.json`` (R matrices, AA / forgetting / BWT / clean accuracy per seed, paired
 intervals of LRRF minus each other subject) to ``--out``.
 
@@ -20,6 +21,7 @@ import yaml
 
 from lrrf.claim import CLAIM_FILE, PROJECT, run_all
 from papers_eval import contrast_interval
+from papers_eval.jobs import runner_options
 from papers_eval.record import provenance
 
 ORDER_FILE = PROJECT / "configs" / "order_l1_first.yaml"
@@ -31,7 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=PROJECT / "results")
     parser.add_argument("--quick", action="store_true", help="claim.yaml's quick settings")
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--fresh", action="store_true", help="ignore the cache of finished runs")
     args = parser.parse_args(argv)
     claim = yaml.safe_load(CLAIM_FILE.read_text())
     settings = dict(claim["settings"])
@@ -48,7 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in seeds
     ]
     start = time.perf_counter()
-    runs = dict(zip(jobs, run_all(jobs, settings, args.jobs), strict=True))
+    done = run_all(jobs, settings, runner_options(args, default_workers=1), stage="order")
+    runs = {job: result.value for job, result in zip(jobs, done, strict=True)}
     measured = {
         s: [runs[(s, params, seed)] for s_, params, seed in jobs if s_ == s] for s in SUBJECTS
     }
