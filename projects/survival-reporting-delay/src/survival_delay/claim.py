@@ -18,6 +18,12 @@ replications, never on the test replications. Beyond the checks the record holds
 direct gap, the gain over the best other usable estimator per window, the misspecified-delay
 sweep, the IBNR count error, a consistency study, the sandwich vs bootstrap standard errors and
 the semi-synthetic rossi study.
+
+Every study runs as jobs of the shared job runner (``papers_eval.jobs``): a tuning
+configuration, a seed's test batch, a seed of a misspecified sweep and each extra study are one
+job each, cached under runs/survival-reporting-delay/jobs and spread over ``--jobs`` worker
+processes (one torch thread each). A job draws its data from its own seeded generators, so the
+numbers do not depend on the worker count or the order the jobs run in.
 """
 
 from __future__ import annotations
@@ -36,8 +42,11 @@ from papers_eval import (
     load_claim_spec,
     run_seeds,
     tune,
+    tuning_grids,
     write_claim,
 )
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.record import git_revision
 from papers_gpu import derived_seed
 from survival_delay.core import JointModel
 from survival_delay.experiments import (
@@ -51,7 +60,9 @@ from survival_delay.fitting import MCEMSchedule, delta_method_se, fit_direct, sa
 from survival_delay.simulate import Truth, simulate_cohort
 from survival_delay.transfer import mean_risk
 
-CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+PROJECT = project_dir_of(__file__)
+CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "survival-reporting-delay" / "jobs"
 SUBJECTS = (
     "transfer",
     "transfer_direct",
@@ -70,6 +81,8 @@ MISSPECIFIED = {
     ),
     "weibull_fitted_lognormal": (Truth(), "lognormal"),
 }
+# The sweep fits by direct ML in both stages, to keep the run short.
+SWEEP_SUBJECTS = ("transfer_direct", *USABLE)
 
 
 def truth_blocks(truth: Truth) -> dict[str, torch.Tensor]:
@@ -143,40 +156,117 @@ def replications(
     return {"errors": errors, "ibnr": ibnr, "gammas": gammas, "source_gap": source_gap}
 
 
+def validation_job(job: Job, settings: dict[str, Any]) -> float:
+    """One tuning configuration: the validation MSE of ``job.subject`` with the knobs
+    ``job.params`` over validation replications (offset 10_000) at windows 0.25 and 0.5 y."""
+    subject = job.subject
+    out = replications(
+        job.seed, settings["val_reps"], settings, {subject: dict(job.params)}, Truth(),
+        mcem=subject == "transfer", offset=10_000, windows=(0.25, 0.5), subjects=(subject,),
+    )  # fmt: skip
+    errors = [e for w in (0.25, 0.5) for e in out["errors"][w][subject]]
+    return float(np.mean(np.square(errors)))
+
+
+def replications_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """One seed's batch of test replications, every subject with its tuned knobs."""
+    return replications(job.seed, settings["reps_per_seed"], settings, job.params["knobs"], Truth())
+
+
+def sweep_job(job: Job, settings: dict[str, Any]) -> dict[float, dict[str, list[float]]]:
+    """One seed of the misspecified-delay sweep ``job.subject`` (a key of MISSPECIFIED): the
+    per-window errors of SWEEP_SUBJECTS, direct ML, replications at offset 20_000."""
+    truth, fitted = MISSPECIFIED[job.subject]
+    return replications(
+        job.seed, settings["sweep_reps_per_seed"], settings, job.params["knobs"], truth, fitted,
+        mcem=False, offset=20_000, subjects=SWEEP_SUBJECTS,
+    )["errors"]  # fmt: skip
+
+
+def consistency_job(job: Job, settings: dict[str, Any]) -> dict[str, float]:
+    """Parameter RMSE of the direct joint fit per cohort size (the record's keys: strings)."""
+    sizes = tuple(settings["consistency_sizes"])
+    rmse = consistency_study(sizes, settings["consistency_reps"], Truth(), job.seed)
+    return {str(n): v for n, v in rmse.items()}
+
+
+def sandwich_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """Sandwich vs bootstrap standard errors on one simulated source cohort."""
+    return _sandwich_vs_bootstrap(settings, Truth(), job.seed)
+
+
+def rossi_job(job: Job, settings: dict[str, Any]) -> dict[float, dict[str, Any]]:
+    """The semi-synthetic rossi study (its draws carry their own seeds; ``job.seed`` is 0)."""
+    return rossi_study(settings["rossi_draws"], params=job.params["knobs"], log=lambda m: None)
+
+
+# Each job's stage names the function that runs it.
+STAGES = {
+    "tune": validation_job,
+    "test": replications_job,
+    "sweep": sweep_job,
+    "consistency": consistency_job,
+    "sandwich": sandwich_job,
+    "rossi": rossi_job,
+}
+
+
+def claim_job(job: Job, settings: dict[str, Any]) -> Any:
+    """One job of the shared runner (top level: worker processes import it by name)."""
+    return STAGES[job.stage](job, settings)
+
+
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation replications, run every subject on every seed, judge, write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
-    torch.set_num_threads(1)  # small float64 tensors: one thread is fastest on shared cores
     start = time.perf_counter()
     settings = dict(spec.settings)
-    truth = Truth()
-    timings: dict[str, float] = {}
+    options = runner_options(args, default_workers=2)
+    ran: list[JobResult] = []
 
-    # ---- tuning: validation replications (offset 10_000), windows 0.25 and 0.5 y
-    t0 = time.perf_counter()
+    def run(jobs: list[Job]) -> dict[Job, Any]:
+        # One torch thread per job (the runner's default): for these small float64 tensors one
+        # thread is fastest on shared cores.
+        results = run_jobs(
+            claim_job,
+            jobs,
+            settings=settings,
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT),
+            label="survival-reporting-delay",
+            **options,
+        )
+        ran.extend(results)
+        return {r.job: r.value for r in results}
 
-    def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
-        out = replications(
-            seed, settings["val_reps"], settings, {subject: params}, truth,
-            mcem=subject == "transfer", offset=10_000, windows=(0.25, 0.5), subjects=(subject,),
-        )  # fmt: skip
-        errors = [e for w in (0.25, 0.5) for e in out["errors"][w][subject]]
-        return float(np.mean(np.square(errors)))
+    # ---- first round: the tuning configurations (validation replications, first seed) and the
+    # studies that need no tuned knob
+    first = spec.seeds[0]
+    grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
+    consistency = Job("joint_fit", first, {}, "consistency")
+    sandwich = Job("joint_fit", first, {}, "sandwich")
+    done = run(
+        [Job(s, first, p, "tune") for s, grid in grids.items() for p in grid]
+        + [consistency, sandwich]
+    )
+    tuning = tune(spec, lambda subject, params, seed: done[Job(subject, seed, params, "tune")])
 
-    tuning = tune(spec, validation_score)
-    timings["tuning_s"] = time.perf_counter() - t0
-
-    # ---- the test replications, one batch per seed
-    t0 = time.perf_counter()
-    batches: dict[int, dict[str, Any]] = {}
+    # ---- second round: one batch of test replications per seed, the misspecified sweep and
+    # rossi, all with the tuned knobs
+    knobs = {s: p for s, p in tuning.best.items() if p}
+    tests = {seed: Job("all_estimators", seed, {"knobs": knobs}, "test") for seed in spec.seeds}
+    sweeps = {
+        (name, seed): Job(name, seed, {"knobs": knobs}, "sweep")
+        for name in MISSPECIFIED
+        for seed in spec.seeds
+    }
+    rossi = Job("rossi", 0, {"knobs": knobs}, "rossi")
+    done.update(run([*tests.values(), *sweeps.values(), rossi]))
+    batches = {seed: done[job] for seed, job in tests.items()}
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
-        if seed not in batches:
-            batches[seed] = replications(
-                seed, settings["reps_per_seed"], settings, dict(tuning.best), truth
-            )
         errors = batches[seed]["errors"]
         out = {}
         for w in WINDOWS:
@@ -186,30 +276,19 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
 
     results = run_seeds(spec, run_one)
     judgement = judge(spec, results)
-    timings["replications_s"] = time.perf_counter() - t0
 
     # ---- beyond the checks
     evidence: dict[str, Any] = {}
     evidence.update(_mcem_and_ibnr(batches))
     evidence.update(_gain_over_best_other(spec, results))
-    t0 = time.perf_counter()
-    sweep = _misspecified_sweep(spec.seeds, settings, dict(tuning.best))
-    evidence["misspecified_delay_sweep"] = sweep
-    timings["sweep_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    evidence["consistency_param_rmse"] = {
-        str(n): v
-        for n, v in consistency_study(
-            tuple(settings["consistency_sizes"]), settings["consistency_reps"], truth, spec.seeds[0]
-        ).items()
-    }
-    evidence["sandwich_vs_bootstrap"] = _sandwich_vs_bootstrap(settings, truth, spec.seeds[0])
-    rossi = rossi_study(settings["rossi_draws"], params=dict(tuning.best), log=lambda m: None)
+    evidence["misspecified_delay_sweep"] = _misspecified_sweep(
+        {name: [done[sweeps[name, seed]] for seed in spec.seeds] for name in MISSPECIFIED}
+    )
+    evidence["consistency_param_rmse"] = done[consistency]
+    evidence["sandwich_vs_bootstrap"] = done[sandwich]
     evidence["rossi_rmse_vs_observed_arrest_rate"] = {
-        f"{w:g}wk": block["rmse"] for w, block in rossi.items()
+        f"{w:g}wk": block["rmse"] for w, block in done[rossi].items()
     }
-    timings["extra_studies_s"] = time.perf_counter() - t0
-    evidence["timings_s"] = timings
 
     figures = _plot(args.out, results)
     write_claim(
@@ -218,13 +297,14 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         spec=spec,
         results=results,
         judgement=judgement,
-        config={"settings": settings, "truth": truth.__dict__, "quick": args.quick},
+        config={"settings": settings, "truth": Truth().__dict__, "quick": args.quick},
         wall_time_s=time.perf_counter() - start,
         tuning=tuning,
         evidence=evidence,
         headline=_headline(results),
         notes=_notes(evidence),
         figures=figures,
+        jobs=summarise_jobs(ran),
     )
     return {"verdict": judgement.verdict, "results": results, "evidence": evidence}
 
@@ -289,23 +369,16 @@ def _gain_over_best_other(spec, results) -> dict[str, Any]:
     return out
 
 
-def _misspecified_sweep(seeds, settings, params) -> dict[str, Any]:
-    """The delay family misspecified both ways (direct ML in both stages, to keep the run short):
-    per window, the MSE gain of the transfer over the best other usable estimator, with its
-    paired interval; ``stops_helping_at`` = the first window whose interval reaches 0."""
-    subjects = ("transfer_direct", *USABLE)
+def _misspecified_sweep(per_seed: dict[str, list[dict]]) -> dict[str, Any]:
+    """The delay family misspecified both ways (``per_seed``: sweep name -> the seeds' errors
+    from ``sweep_job``, direct ML in both stages): per window, the MSE gain of the transfer over
+    the best other usable estimator, with its paired interval; ``stops_helping_at`` = the first
+    window whose interval reaches 0."""
     out = {}
-    for name, (truth, fitted) in MISSPECIFIED.items():
-        per_seed = [
-            replications(
-                seed, settings["sweep_reps_per_seed"], settings, params, truth, fitted,
-                mcem=False, offset=20_000, subjects=subjects,
-            )["errors"]
-            for seed in seeds
-        ]  # fmt: skip
+    for name, batches in per_seed.items():
         rows, stops = {}, None
         for w in WINDOWS:
-            sq = {s: [np.square(b[w][s]) for b in per_seed] for s in subjects}
+            sq = {s: [np.square(b[w][s]) for b in batches] for s in SWEEP_SUBJECTS}
             mse = {s: float(np.mean(np.concatenate(sq[s]))) for s in USABLE}
             best = min(USABLE, key=lambda s: mse[s])
             interval = contrast_interval([(1.0, sq[best]), (-1.0, sq["transfer_direct"])])
