@@ -1,5 +1,8 @@
+import json
+
 import pytest
 
+from atwu import claim
 from atwu.claim import frontier_area, run_claim_experiment
 from papers_eval import load_claim
 
@@ -29,3 +32,32 @@ def test_frontier_area_by_hand():
     # a dominated point changes nothing; a better one adds
     assert frontier_area(points + [(1.5, 0.92)], 2.0, 1.0, 0.9) == pytest.approx(0.625)
     assert frontier_area(points + [(0.0, 1.0)], 2.0, 1.0, 0.9) > 0.625
+
+
+@pytest.mark.slow  # 2-3 minutes: two quick claim runs and a cached one
+def test_two_workers_give_the_record_of_one_and_a_rerun_comes_from_the_cache(tmp_path, monkeypatch):
+    """``--jobs 2`` (spawned workers, one torch thread each) writes the record ``--jobs 1``
+    writes, wall times aside; a third run loads every job from the runner's cache. The model
+    folders stay in the project's runs/atwu/inputs: the workers find them there by digest."""
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
+    records = []
+    for name, flags in (("two", ["--jobs", "2"]), ("one", ["--jobs", "1", "--fresh"]),
+                        ("cached", ["--jobs", "2"])):  # fmt: skip
+        run_claim_experiment(["--quick", *flags, "--out", str(tmp_path / name)])
+        records.append(load_claim(tmp_path / name / "claim.json"))
+    two, one, cached = records
+    assert two["jobs"]["ran"] == one["jobs"]["ran"] == two["jobs"]["jobs"] > 0
+    assert cached["jobs"]["cached"] == cached["jobs"]["jobs"] == two["jobs"]["jobs"]
+    for record in (two, cached):
+        assert without_wall_times(record) == without_wall_times(one)
+
+
+def without_wall_times(record: dict) -> str:
+    """The record's results as JSON, without what measures time (train_s, the overhead)."""
+    metrics = {
+        subject: {k: v for k, v in values.items() if k != "train_s"}
+        for subject, values in record["metrics"].items()
+    }
+    evidence = dict(record["evidence"])
+    evidence.pop("atwu_wall_time_overhead_vs_uniform")
+    return json.dumps([metrics, evidence, record["tuning"], record["outcomes"]], sort_keys=True)

@@ -1,9 +1,9 @@
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from atwu import claim
 from atwu.claim import run_claim_experiment
 from atwu.cli import train
 from papers_cli.testing import check_resume, run_ddp_train, user_error_message
@@ -85,10 +85,11 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected
 
 def test_reproduce_quick_writes_a_judged_schema_2_record(tmp_path, monkeypatch):
     """The --quick pipeline (one seed, tiny budgets) writes claim.json / claim.md with every
-    subject of configs/claim.yaml, the verdict papers_eval computed, and the evidence."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the model folders go
+    subject of configs/claim.yaml, the verdict papers_eval computed, and the evidence; the model
+    folders the jobs share are kept by digest."""
+    # a cache of its own: under a dirty revision the project's cache could hold older code's runs
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
+    monkeypatch.setattr(claim, "INPUTS_DIR", tmp_path / "inputs")
     outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert record["project"] == "atwu" and record["quick"]
@@ -109,7 +110,10 @@ def test_reproduce_quick_writes_a_judged_schema_2_record(tmp_path, monkeypatch):
         "template", "value", "name", "eos"
     }  # fmt: skip
     assert (tmp_path / "claim.md").is_file()
-    assert not list(scratch.iterdir())  # reproduce removed its model folders
+    stored = sorted(path.name.split("-")[0] for path in (tmp_path / "inputs").iterdir())
+    assert stored == ["base", "full", "retain"]  # one seed: its two fine-tuned models
+    assert all((path / "config.json").is_file() for path in (tmp_path / "inputs").iterdir())
+    assert record["jobs"]["per_stage"]["tune"]["ran"] == 7  # one learning rate, 7 subjects
 
 
 def test_resume_continues_exactly(tiny_args, tmp_path):
