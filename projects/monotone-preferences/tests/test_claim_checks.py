@@ -12,7 +12,7 @@ from monotone_preferences.baselines import OLS, FamilyOracle, Logistic
 from monotone_preferences.core import fold_ids
 from monotone_preferences.data import load_rdataset
 from monotone_preferences.simulate import simulate
-from papers_eval import load_claim_spec
+from papers_eval import load_claim, load_claim_spec
 from papers_eval.diagnosis import validate
 
 SETTINGS = {"families": ["linear", "min", "mild"], "n": [100, 300, 800], "d": [2, 4],
@@ -150,5 +150,5 @@ def test_quick_run_is_the_same_with_one_or_two_workers_and_then_cached(tmp_path,
         for metric, values in metrics.items():
             for a, b in zip(values, two["results"][subject][metric], strict=True):
                 np.testing.assert_array_equal(a, b)
-    jobs = again["evidence"]["jobs"]
+    jobs = load_claim(tmp_path / "3" / "claim.json")["jobs"]
     assert jobs["ran"] == 0 and jobs["cached"] == jobs["jobs"]

@@ -5,8 +5,10 @@ re-specification history, diagnosis citing recorded numbers, schema 3 beside sch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -95,7 +97,7 @@ def write(tmp_path, spec, main, replication=None, out="results", **kwargs):
         results=main,
         judgement=judgement,
         config={},
-        wall_time_s=1.0,
+        wall_time_s=kwargs.pop("wall_time_s", 1.0),
         replication=rep,
         **kwargs,
     )
@@ -297,6 +299,34 @@ def test_changing_the_spec_after_a_judged_run_keeps_the_earlier_record(repo):
         "respecified_after"
     ] == revision
     assert len(list((repo / "results" / "history").iterdir())) == 1
+
+
+def test_a_figure_redrawn_by_the_respecified_run_stays_and_the_stale_one_moves(repo):
+    """Projects draw figures before write_claim, under the names the earlier record used: the
+    new drawing must not be archived as the earlier run's."""
+    path = repo / "configs" / "claim.yaml"
+    spec = load_claim_spec(path, subjects=SUBJECTS, metrics=METRICS)
+    out = repo / "results"
+    out.mkdir(exist_ok=True)
+    for name in ("redrawn.png", "dropped.png"):
+        (out / name).write_text("earlier run")
+    past = time.time() - 3600
+    for name in ("redrawn.png", "dropped.png"):
+        os.utime(out / name, (past, past))
+    first = load_claim(
+        write(repo, spec, results(GOOD), figures=["redrawn.png", "dropped.png"], wall_time_s=1.0)
+    )
+    path.write_text(yaml.safe_dump(v3_spec(seeds=[0, 1, 2, 3])))
+    git(repo, "commit", "-qam", "re-specified")
+    changed = load_claim_spec(path, subjects=SUBJECTS, metrics=METRICS)
+    (out / "redrawn.png").write_text("this run")  # drawn by the new run, before its record
+    write(repo, changed, results(GOOD, seeds=(0, 1, 2, 3)), figures=["redrawn.png"],
+          wall_time_s=60.0)  # fmt: skip
+    history = out / "history" / first["git_revision"][:12]
+    assert (out / "redrawn.png").read_text() == "this run"
+    assert not (history / "redrawn.png").exists()
+    assert (history / "dropped.png").read_text() == "earlier run"
+    assert not (out / "dropped.png").exists()
 
 
 def test_a_schema_2_record_is_compared_with_the_spec_committed_at_its_revision(repo):

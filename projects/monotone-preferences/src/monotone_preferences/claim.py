@@ -524,7 +524,6 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     if budget_check is not None:
         budget = sample_size_budget(experiment, spec, results, budget_check, best)
     evidence = summarise_evidence(per_seed, settings)
-    evidence["jobs"] = summarise_jobs(experiment.results)
     figures = make_plots(args.out, per_seed, settings, results)
     write_claim(
         args.out,
@@ -540,6 +539,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         notes=notes_text(evidence),
         figures=figures,
         budget=budget,
+        jobs=summarise_jobs(experiment.results),
         diagnosis=functools.partial(diagnose, spec=spec, failed=[c.name for c in failed]),
     )
     return {"verdict": judgement.verdict, "results": results, "evidence": evidence}

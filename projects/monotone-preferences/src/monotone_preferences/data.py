@@ -244,7 +244,7 @@ class MonotonePreferencesDataModule(LightningDataModule):
     def __init__(
         self,
         source: Literal["simulation", "rdataset", "table"] = "simulation",
-        family: Literal["linear", "threshold", "min", "lexicographic"] = "min",
+        family: Literal["linear", "threshold", "min", "lexicographic", "mild"] = "min",
         in_features: PositiveInt = 2,
         rho: Correlation = 0.0,
         noise: NonNegativeFloat = 0.5,

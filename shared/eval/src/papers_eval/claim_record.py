@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,7 +252,7 @@ def write_claim(
             diagnosis_error = error
             record["diagnosis"] = {"error": str(error)}
     if not spec.quick:
-        record["respecified_after"] = _keep_history(out, spec)
+        record["respecified_after"] = _keep_history(out, spec, time.time() - wall_time_s)
     path = out / "claim.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     (out / "claim.md").write_text(render_markdown(record))
@@ -334,11 +335,13 @@ def _spec_text_at(spec_source: str, revision: str) -> str | None:
         return None
 
 
-def _keep_history(out: Path, spec: ClaimSpec) -> str | None:
+def _keep_history(out: Path, spec: ClaimSpec, run_started: float) -> str | None:
     """Before a full record replaces ``out/claim.json``: when the earlier record was judged under
     another ``configs/claim.yaml``, move it (json, md, figures) to ``out/history/<revision>/``.
-    Returns the revision the new record is re-specified after (carried over from the earlier
-    record when the spec did not change again), or None."""
+    A figure file written since ``run_started`` is this run's (projects draw their figures
+    before the record is written, under the same names): it stays where it is, since the earlier
+    figure of that name is already gone. Returns the revision the new record is re-specified
+    after (carried over from the earlier record when the spec did not change again), or None."""
     previous_path = out / "claim.json"
     if not previous_path.is_file() or not spec.spec_sha256:
         return None
@@ -359,8 +362,12 @@ def _keep_history(out: Path, spec: ClaimSpec) -> str | None:
     history = out / "history" / revision[:12]
     history.mkdir(parents=True, exist_ok=True)
     for name in ("claim.json", "claim.md", *previous.get("figures", [])):
-        if (out / name).is_file():
-            shutil.move(str(out / name), history / name)
+        path = out / name
+        if not path.is_file():
+            continue
+        if name not in ("claim.json", "claim.md") and path.stat().st_mtime >= run_started:
+            continue  # this run's figure (written before the record): not the earlier one
+        shutil.move(str(path), history / name)
     return revision
 
 
