@@ -89,7 +89,9 @@ class DualDgoDataModule(LightningDataModule):
 
     ``seed`` fixes the miniature's prompts and draws; by default it is the run's
     ``seed_everything``. ``n_fast`` / ``n_slow``: responses per prompt from each scripted
-    behaviour policy (the claim's count-swap check exchanges them).
+    behaviour policy at difficulty 1, ``n_fast_hard`` / ``n_slow_hard`` at ``k_max``, linear in
+    between (``TaskConfig.counts``; equal ends give every prompt the same counts). The claim's
+    count-swap check exchanges the fast and slow schedules.
     """
 
     def __init__(
@@ -100,8 +102,10 @@ class DualDgoDataModule(LightningDataModule):
         n_val: PositiveInt = 300,
         n_test: PositiveInt = 300,
         k_max: PositiveInt = 8,
-        n_fast: NonNegativeInt = 2,
-        n_slow: NonNegativeInt = 6,
+        n_fast: NonNegativeInt = 4,
+        n_slow: NonNegativeInt = 2,
+        n_fast_hard: NonNegativeInt = 1,
+        n_slow_hard: NonNegativeInt = 8,
         length_cost: NonNegativeFloat = 0.2,
         difficulty: Literal["harmonic", "uniform"] = "harmonic",
         max_length: PositiveInt | None = None,
@@ -121,6 +125,8 @@ class DualDgoDataModule(LightningDataModule):
             k_max=h.k_max,
             n_fast=h.n_fast,
             n_slow=h.n_slow,
+            n_fast_hard=h.n_fast_hard,
+            n_slow_hard=h.n_slow_hard,
             length_cost=h.length_cost,
             difficulty=h.difficulty,
         )
@@ -129,8 +135,11 @@ class DualDgoDataModule(LightningDataModule):
         if self.encoder is not None:
             return
         h = self.hparams
-        if h.n_fast + h.n_slow == 0:
-            raise ConfigError("data.n_fast + data.n_slow must be at least 1 response per prompt")
+        if min(h.n_fast + h.n_slow, h.n_fast_hard + h.n_slow_hard) == 0:
+            raise ConfigError(
+                "every prompt needs at least 1 response: data.n_fast + data.n_slow and "
+                "data.n_fast_hard + data.n_slow_hard must both be positive"
+            )
         self.seed = run_seed() if h.seed is None else h.seed
         self.encoder = PromptEncoder(build_processor(h.checkpoint))
         self.image_token_id = self.encoder.tokenizer.convert_tokens_to_ids(

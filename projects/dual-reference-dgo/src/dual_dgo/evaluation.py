@@ -15,14 +15,15 @@ import torch
 from dual_dgo.model import chosen
 
 
-def matched_correctness(arrays: dict[str, np.ndarray], target_tokens: float) -> np.ndarray:
-    """A model's per-prompt expected correctness at ``target_tokens`` mean tokens.
+def random_switch_correctness(arrays: dict[str, np.ndarray], target_tokens: float) -> np.ndarray:
+    """A model's per-prompt expected correctness at ``target_tokens`` mean tokens, switched blindly.
 
     Its greedy choices are kept and a uniformly random share of them is switched to the other
     mode (slow -> fast when it spends more than the target, fast -> slow when less) until the
     expected mean tokens equal the target: a difficulty-blind move along the line between the
     model's operating point and its forced-fast (or forced-slow) point. When even switching
-    every prompt cannot reach the target, every prompt is switched.
+    every prompt cannot reach the target, every prompt is switched. Reported beside the ranked
+    rule: it throws away the model's own routing signal, so it flatters a rival that routes.
     """
     greedy = chosen(arrays)["p_slow"]
     spread = arrays["slow_tokens"] - arrays["fast_tokens"]  # [n] tokens saved per switch
@@ -38,14 +39,53 @@ def matched_correctness(arrays: dict[str, np.ndarray], target_tokens: float) -> 
     return chosen(arrays, p_slow)["correct"]
 
 
+def ranked_switch_p_slow(arrays: dict[str, np.ndarray], target_tokens: float) -> np.ndarray:
+    """P(slow) per prompt when a model goes fast on its OWN most-fast prompts first, until its
+    expected mean tokens fall to ``target_tokens``.
+
+    Prompts are taken in decreasing order of the model's P(fast); the prompt (or the group of
+    prompts with one tied P(fast)) at which the mean tokens cross the target goes fast with the
+    fraction that lands exactly on it (ties share that fraction: the expectation over random
+    tie-breaking). Every threshold on P(fast), i.e. every constant bias added to the mode logit,
+    is one point of this curve, so this is the rival's best use of its own routing score at the
+    subject's budget. All slow when even that spends no more than the target; all fast when no
+    prefix reaches it.
+    """
+    p_fast, n = arrays["p_fast"], len(arrays["p_fast"])
+    saved = arrays["slow_tokens"] - arrays["fast_tokens"]  # [n] tokens saved by going fast
+    p_slow = np.ones(n)
+    tokens = arrays["slow_tokens"].mean()
+    for level in np.unique(p_fast)[::-1]:  # most-fast first
+        if tokens <= target_tokens:
+            break
+        group = p_fast == level
+        saving = saved[group].sum() / n
+        if saving > 0 and tokens - saving <= target_tokens:
+            p_slow[group] = 1.0 - (tokens - target_tokens) / saving
+            break
+        p_slow[group] = 0.0
+        tokens -= saving
+    return p_slow
+
+
 def gain_at_matched_tokens(
     subject: dict[str, np.ndarray],
     baseline: dict[str, np.ndarray],
     p_slow: np.ndarray | None = None,
+    rule: str = "ranked",
 ) -> np.ndarray:
-    """Per prompt: the subject's correctness minus the baseline's at the subject's mean tokens."""
+    """Per prompt: the subject's correctness minus the baseline's at the subject's mean tokens,
+    the baseline moved there by ``rule``: ``ranked`` (its own P(fast) order, the registered
+    comparison) or ``random`` (a blind share of its greedy choices switched, reported)."""
     picked = chosen(subject, p_slow)
-    return picked["correct"] - matched_correctness(baseline, float(picked["tokens"].mean()))
+    target = float(picked["tokens"].mean())
+    if rule == "ranked":
+        matched = chosen(baseline, ranked_switch_p_slow(baseline, target))["correct"]
+    elif rule == "random":
+        matched = random_switch_correctness(baseline, target)
+    else:
+        raise ValueError(f"rule must be 'ranked' or 'random', got {rule!r}")
+    return picked["correct"] - matched
 
 
 def ridge_probe_r2(

@@ -38,24 +38,29 @@ def sample_fast_responses(
     temperature: float,
     seed: int,
 ) -> list[list[dict]]:
-    """``task.n_fast`` responses per record from ``model`` forced into the fast mode, each scored.
+    """``task.counts(k)[0]`` responses per record of difficulty k from ``model`` forced into the
+    fast mode, each scored.
 
     The draws depend only on (model, records, n, temperature, seed): sampling runs under a
     forked torch generator seeded with ``seed``."""
     model.eval()
     encoder: PromptEncoder = model.encoder
-    n = task.n_fast
+    counts = [task.counts(r["difficulty"])[0] for r in records]
     verify = VERIFIERS["exact"]
-    prompts = [encoder.encode_prompt(r["image"], r["question"]) for r in records for _ in range(n)]
+    prompts = [
+        encoder.encode_prompt(r["image"], r["question"])
+        for r, n in zip(records, counts, strict=True)
+        for _ in range(n)
+    ]
     texts = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for start in range(0, len(prompts), 256):
             texts += model.decode(prompts[start : start + 256], encoder.fast_id, temperature)[1]
-    out = []
+    out, starts = [], np.cumsum([0, *counts])
     for index, record in enumerate(records):
         responses = []
-        for text in texts[index * n : (index + 1) * n]:
+        for text in texts[starts[index] : starts[index + 1]]:
             correct = verify(extract_answer(text), record["answer"])
             tokens = encoder.count_tokens(text)
             responses.append(
@@ -149,7 +154,7 @@ def generate_cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     defaults = DualDgoDataModule().hparams
-    for name in ("n_train", "n_val", "n_test", "n_fast", "n_slow"):
+    for name in ("n_train", "n_val", "n_test", "n_fast", "n_slow", "n_fast_hard", "n_slow_hard"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name])
     parser.add_argument("--length-cost", type=float, default=defaults["length_cost"])
     args = parser.parse_args(argv)
@@ -159,7 +164,13 @@ def generate_cli(argv: list[str] | None = None) -> None:
         policy = None if args.fast_policy is None else load_fast_policy(args.fast_policy)
     except FileNotFoundError as error:
         parser.error(str(error))
-    task = TaskConfig(n_fast=args.n_fast, n_slow=args.n_slow, length_cost=args.length_cost)
+    task = TaskConfig(
+        n_fast=args.n_fast,
+        n_slow=args.n_slow,
+        n_fast_hard=args.n_fast_hard,
+        n_slow_hard=args.n_slow_hard,
+        length_cost=args.length_cost,
+    )
     sizes = {"train": args.n_train, "val": args.n_val, "test": args.n_test}
     summary = generate_offline(args.out, args.seed, task, sizes, policy, args.temperature)
     source = "scripted" if policy is None else f"sampled from {args.fast_policy}"

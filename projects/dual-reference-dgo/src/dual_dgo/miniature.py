@@ -16,6 +16,15 @@ the exact partition functions of Eq. 3 in core.py):
   cell; one token per cell, so step i reads cell i at a fixed offset), correct with
   probability p_S(k) = 1 - slow_error k; a wrong trace has one
   slipped running sum at a uniformly drawn step, carried to the answer.
+
+Sample counts per prompt depend on the difficulty (``TaskConfig.counts``): n_F(k) falls
+linearly from ``n_fast`` at k = 1 to ``n_fast_hard`` at k = k_max and n_S(k) rises from
+``n_slow`` to ``n_slow_hard`` (rounded half up), as when a data pipeline spends more reasoning
+samples on hard inputs. Why it matters: single-reference DGO pools the samples, so its weights
+equal Eq. 7's with the prior replaced by the sample share n_m / (n_F + n_S); its mode logit is
+the method's shifted by log(n_F/n_S) - log(alpha_F/alpha_S). With constant counts that shift is
+one number for every prompt (log 3 for 2 fast and 6 slow), which a single scalar (a prior, a
+logit bias) undoes; with counts that vary by difficulty it is not.
 """
 
 from __future__ import annotations
@@ -56,8 +65,10 @@ class TaskConfig:
     fast_slope: float = 0.6
     slow_error: float = 0.01
     noise: float = 0.1
-    n_fast: int = 2
-    n_slow: int = 6
+    n_fast: int = 4  # fast samples per prompt at k = 1 ...
+    n_slow: int = 2  # ... and slow ones
+    n_fast_hard: int = 1  # at k = k_max (linear in between, rounded half up)
+    n_slow_hard: int = 8
     length_cost: float = 0.2  # lambda in r = 1[correct] - lambda len / len_max
     difficulty: str = "harmonic"  # P(k) proportional to 1/k (easy prompts common) or "uniform"
 
@@ -66,6 +77,16 @@ class TaskConfig:
 
     def slow_accuracy(self, k: int) -> float:
         return float(np.clip(1.0 - self.slow_error * k, 0.05, 1.0))
+
+    def counts(self, k: int) -> tuple[int, int]:
+        """(n_F, n_S) for a prompt of difficulty k: each count linear in k between its value at
+        k = 1 and at k = k_max, rounded half up (equal ends: the same count for every prompt)."""
+        share = 0.0 if self.k_max == 1 else (k - 1) / (self.k_max - 1)
+
+        def between(easy: int, hard: int) -> int:
+            return int(np.floor(easy + (hard - easy) * share + 0.5))
+
+        return between(self.n_fast, self.n_fast_hard), between(self.n_slow, self.n_slow_hard)
 
     def difficulty_probabilities(self) -> np.ndarray:
         if self.difficulty not in ("harmonic", "uniform"):
@@ -140,8 +161,8 @@ def slow_response(
 def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
     """n prompts in the offline file's layout (formats.py), images as arrays.
 
-    Each prompt gets task.n_fast responses of mu_F and task.n_slow of mu_S, scored by the
-    verifier (exact answer match) and the length cost. Prompts and images depend on the seed
+    Each prompt of difficulty k gets task.counts(k) = (n_F, n_S) responses of mu_F and mu_S,
+    scored by the verifier (exact answer match) and the length cost. Prompts and images depend on the seed
     only; each prompt's responses on (seed, index), so changing the sample counts keeps the
     prompts (the count-swap check compares the same prompts).
     """
@@ -153,9 +174,10 @@ def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
         image = render(digits, rng, task.noise)
         draws = np.random.default_rng([seed, index])
         responses = []
+        n_fast, n_slow = task.counts(k)
         for mode, count, policy, length in [
-            ("fast", task.n_fast, fast_response, fast_length()),
-            ("slow", task.n_slow, slow_response, slow_length(k)),
+            ("fast", n_fast, fast_response, fast_length()),
+            ("slow", n_slow, slow_response, slow_length(k)),
         ]:
             for _ in range(count):
                 text, correct = policy(digits, draws, task)
