@@ -1,10 +1,13 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from dual_dgo import baselines
+from dual_dgo.miniature import TaskConfig, generate_split
 from dual_dgo.core import (
     dual_reference_weights,
     exact_log_partitions,
@@ -251,3 +254,41 @@ def test_rft_with_exactly_one_correct_response():
     correct = torch.tensor([False, True, False])
     w = baselines.rft_weights(correct, torch.tensor([0, 0, 0]), 1)
     assert w.tolist() == [0.0, 1.0, 0.0]
+
+
+def mode_logits_dual_and_single(task: TaskConfig, beta: float = 0.1, n: int = 200):
+    """Per prompt of the miniature: logit rho_F of the method (alpha 1/2), logit of
+    single-reference DGO's implied fast mass, and log(n_F / n_S)."""
+    records = generate_split(n, seed=0, task=task)
+    rewards = torch.tensor([r["reward"] for x in records for r in x["responses"]], dtype=torch.float64)
+    modes = torch.tensor([int(r["mode"] == "slow") for x in records for r in x["responses"]])
+    prompts = torch.tensor([i for i, x in enumerate(records) for _ in x["responses"]])
+    _, rho = dual_reference_weights(rewards, modes, prompts, n, beta, HALF)
+    single = baselines.single_reference_weights(rewards, prompts, n, beta)
+    single_fast = torch.zeros(n, dtype=torch.float64).index_add(0, prompts, single * (modes == 0))
+    _, counts = log_mode_partitions(rewards, modes, prompts, n, beta)
+    logit = lambda p: torch.log(p) - torch.log1p(-p)  # noqa: E731
+    return logit(rho[:, 0]), logit(single_fast), torch.log(counts[:, 0] / counts[:, 1])
+
+
+def test_with_constant_counts_single_reference_is_the_method_plus_one_constant():
+    """2 fast and 6 slow samples for every prompt (the earlier miniature): the two objectives'
+    mode logits differ by log(alpha_F/alpha_S) - log(n_F/n_S) = log 3 on every prompt, so a
+    single scalar (a prior, a logit bias) turns one into the other."""
+    task = TaskConfig(n_fast=2, n_slow=6, n_fast_hard=2, n_slow_hard=6)
+    dual, single, _ = mode_logits_dual_and_single(task)
+    np.testing.assert_allclose((dual - single).numpy(), math.log(3), rtol=1e-9)
+
+
+def test_in_the_default_miniature_no_single_scalar_maps_single_reference_onto_the_method():
+    data = yaml.safe_load((Path(__file__).parents[1] / "configs" / "default.yaml").read_text())
+    counts = ("n_fast", "n_slow", "n_fast_hard", "n_slow_hard", "k_max")
+    task = TaskConfig(**{k: data["data"][k] for k in counts})
+    dual, single, log_ratio = mode_logits_dual_and_single(task)
+    shift = dual - single
+    # the shift is log(alpha_F/alpha_S) - log(n_F/n_S) prompt by prompt (alpha = 1/2) ...
+    np.testing.assert_allclose(shift.numpy(), -log_ratio.numpy(), rtol=1e-9, atol=1e-9)
+    # ... and spans log 2 + log 8 across the prompts: the best constant misses by log 4 somewhere
+    assert shift.max() - shift.min() == pytest.approx(math.log(2) + math.log(8), rel=1e-9)
+    best_constant = (shift.max() + shift.min()) / 2
+    assert (shift - best_constant).abs().max() > 1.0

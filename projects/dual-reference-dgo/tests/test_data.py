@@ -144,9 +144,9 @@ def test_the_scripted_policies_hit_their_target_accuracy_and_lengths():
 
 
 def test_the_generator_is_seeded_and_the_counts_do_not_change_the_prompts():
-    a = generate_split(20, seed=1, task=TaskConfig(n_fast=2, n_slow=6))
-    b = generate_split(20, seed=1, task=TaskConfig(n_fast=6, n_slow=2))
-    again = generate_split(20, seed=1, task=TaskConfig(n_fast=2, n_slow=6))
+    a = generate_split(20, seed=1, task=TaskConfig())
+    b = generate_split(20, seed=1, task=TaskConfig(n_fast=6, n_slow=2, n_fast_hard=6, n_slow_hard=2))
+    again = generate_split(20, seed=1, task=TaskConfig())
     assert [r["digits"] for r in a] == [r["digits"] for r in b]
     assert all(np.array_equal(x["image"], y["image"]) for x, y in zip(a, b, strict=True))
     assert a[3]["responses"] == again[3]["responses"]
@@ -266,3 +266,15 @@ def test_only_response_tokens_carry_loss_in_a_real_batch_and_decoded_counts_matc
                 assert encoder.count_tokens(encoder.tokenizer.decode(ids[:-1])) == len(ids)
             else:  # cut at max_new_tokens: no EOS was generated
                 assert encoder.count_tokens(encoder.tokenizer.decode(ids)) == len(ids) + 1
+
+
+def test_the_default_counts_fall_for_fast_and_rise_for_slow_with_the_digit_count():
+    task = TaskConfig()
+    assert [task.counts(k) for k in range(1, 9)] == [
+        (4, 2), (4, 3), (3, 4), (3, 5), (2, 5), (2, 6), (1, 7), (1, 8)
+    ]  # fmt: skip
+    constant = TaskConfig(n_fast=2, n_slow=6, n_fast_hard=2, n_slow_hard=6)
+    assert {constant.counts(k) for k in range(1, 9)} == {(2, 6)}
+    for record in generate_split(30, seed=2, task=task):
+        modes = [r["mode"] for r in record["responses"]]
+        assert (modes.count("fast"), modes.count("slow")) == task.counts(record["difficulty"])

@@ -1,5 +1,5 @@
 """Evaluation measures of the claim: budget-matched accuracy, the difficulty probe, the
-precondition. These are this implementation's definitions (README, "Reconstructed vs stated").
+image ablation, the precondition. These are this implementation's definitions (README, "Reconstructed vs stated").
 
 Per-prompt arrays come from ``DualDgoModule.evaluate_prompts``: ``p_fast`` (exact),
 ``{fast,slow}_correct`` and ``{fast,slow}_tokens`` (greedy decodes forced into each mode) and
@@ -9,9 +9,12 @@ exact mixtures of the two forced decodes (``model.chosen``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
+from dual_dgo.data import PromptItem
 from dual_dgo.model import chosen
 
 
@@ -125,3 +128,28 @@ def fast_rate_by_difficulty(arrays: dict[str, np.ndarray], k_max: int) -> list[f
         else float("nan")
         for k in range(1, k_max + 1)
     ]
+
+
+def ablate_images(items: list[PromptItem], how: str, seed: int) -> list[PromptItem]:
+    """Copies of the prompts with the pixels taken away, the text and responses untouched.
+
+    ``zeroed``: every pixel value 0. ``shuffled``: each image's pixel positions permuted (one
+    seeded permutation per prompt, the same for every channel): the brightness histogram and so
+    roughly the number of filled cells survive, the glyphs do not. A model that reads its answers
+    from the pixels falls to chance (1 in 10) on both; one that reads them elsewhere does not.
+    """
+    if how not in ("zeroed", "shuffled"):
+        raise ValueError(f"how must be 'zeroed' or 'shuffled', got {how!r}")
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for item in items:
+        pixels = item.prompt.vision["pixel_values"]  # [1, C, H, W]
+        if how == "zeroed":
+            ablated = torch.zeros_like(pixels)
+        else:
+            flat = pixels.flatten(-2)  # [1, C, H*W]
+            order = torch.randperm(flat.shape[-1], generator=generator)
+            ablated = flat[..., order].reshape(pixels.shape)
+        vision = {**item.prompt.vision, "pixel_values": ablated}
+        out.append(dataclasses.replace(item, prompt=dataclasses.replace(item.prompt, vision=vision)))
+    return out
