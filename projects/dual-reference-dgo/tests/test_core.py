@@ -7,7 +7,6 @@ import torch
 import yaml
 
 from dual_dgo import baselines
-from dual_dgo.miniature import TaskConfig, generate_split
 from dual_dgo.core import (
     dual_reference_weights,
     exact_log_partitions,
@@ -18,6 +17,7 @@ from dual_dgo.core import (
     response_log_probs,
     sequence_loss,
 )
+from dual_dgo.miniature import TaskConfig, generate_split
 
 # prompt 0: 1 fast (r=1) and 2 slow (r=0, 1); prompt 1: 2 fast (0, 0) and 1 slow (1)
 REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
@@ -260,7 +260,9 @@ def mode_logits_dual_and_single(task: TaskConfig, beta: float = 0.1, n: int = 20
     """Per prompt of the miniature: logit rho_F of the method (alpha 1/2), logit of
     single-reference DGO's implied fast mass, and log(n_F / n_S)."""
     records = generate_split(n, seed=0, task=task)
-    rewards = torch.tensor([r["reward"] for x in records for r in x["responses"]], dtype=torch.float64)
+    rewards = torch.tensor(
+        [r["reward"] for x in records for r in x["responses"]], dtype=torch.float64
+    )
     modes = torch.tensor([int(r["mode"] == "slow") for x in records for r in x["responses"]])
     prompts = torch.tensor([i for i, x in enumerate(records) for _ in x["responses"]])
     _, rho = dual_reference_weights(rewards, modes, prompts, n, beta, HALF)

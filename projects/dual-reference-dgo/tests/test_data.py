@@ -145,7 +145,9 @@ def test_the_scripted_policies_hit_their_target_accuracy_and_lengths():
 
 def test_the_generator_is_seeded_and_the_counts_do_not_change_the_prompts():
     a = generate_split(20, seed=1, task=TaskConfig())
-    b = generate_split(20, seed=1, task=TaskConfig(n_fast=6, n_slow=2, n_fast_hard=6, n_slow_hard=2))
+    b = generate_split(
+        20, seed=1, task=TaskConfig(n_fast=6, n_slow=2, n_fast_hard=6, n_slow_hard=2)
+    )
     again = generate_split(20, seed=1, task=TaskConfig())
     assert [r["digits"] for r in a] == [r["digits"] for r in b]
     assert all(np.array_equal(x["image"], y["image"]) for x, y in zip(a, b, strict=True))
@@ -227,9 +229,10 @@ def test_the_miniature_datamodule_marks_correct_responses_and_the_policy_table()
     data = DualDgoDataModule(n_train=8, n_val=4, n_test=4, seed=0)
     data.setup()
     item = data.splits["train"][0]
-    assert len(item.responses) == 8 and item.modes.tolist() == [0, 0, 1, 1, 1, 1, 1, 1]
     task = data.task
     k = item.difficulty
+    n_fast, n_slow = task.counts(k)  # 3 fast and 4 slow at k = 3
+    assert item.modes.tolist() == [0] * n_fast + [1] * n_slow
     expected = task.slow_accuracy(k)
     assert item.policy_table[1, 0].item() == pytest.approx(expected)
     good = 1 - task.length_cost * slow_length(k) / task.max_length

@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -75,7 +74,8 @@ def test_the_warm_start_as_fast_policy_samples_scores_and_keeps_the_slow_policy(
     for row, reference in zip(rows, scripted, strict=True):
         fast = [r for r in row["responses"] if r["mode"] == "fast"]
         slow = [r for r in row["responses"] if r["mode"] == "slow"]
-        assert len(fast) == 2 and all(r["behavior"] == "warm_start" for r in fast)
+        n_fast = TaskConfig().counts(row["difficulty"])[0]  # the scripted policy's count
+        assert len(fast) == n_fast and all(r["behavior"] == "warm_start" for r in fast)
         assert all(r["text"].startswith("<fast>") for r in fast)
         # the verifier on the text after "A:" minus 0.2 x tokens / 13 (tokens: words + EOS here)
         for r in fast:
@@ -95,8 +95,9 @@ def test_near_zero_temperature_samples_the_models_greedy_fast_answer(warm_checkp
     data = DualDgoDataModule(root=str(tmp_path / "cold"), max_length=13)
     data.setup()
     greedy = model.evaluate_prompts(data.splits["train"])
-    sampled = np.array([[r["reward"] > 0.5 for r in row["responses"][:2]] for row in rows])
-    assert (sampled == greedy["fast_correct"][:, None].astype(bool)).all()
+    for row, correct in zip(rows, greedy["fast_correct"], strict=True):
+        fast = [r["reward"] > 0.5 for r in row["responses"] if r["mode"] == "fast"]
+        assert len(fast) >= 1 and all(hit == bool(correct) for hit in fast)
 
 
 def test_generation_bad_input_is_clear(tmp_path, capsys):

@@ -83,7 +83,9 @@ def one_by_one_log_likelihoods(module, batch) -> torch.Tensor:
     out = []
     for row, response in enumerate(batch["responses"]):
         prompt = batch["items"][batch["prompts"][row]].prompt
-        sequence = batch_sequences([prompt], [response], module.encoder.pad_id, module.image_token_id)
+        sequence = batch_sequences(
+            [prompt], [response], module.encoder.pad_id, module.image_token_id
+        )
         mode, body, _ = response_log_probs(
             module(sequence), sequence["input_ids"], sequence["response_mask"]
         )
@@ -168,6 +170,8 @@ def test_image_ablation_takes_the_pixels_and_keeps_the_text(tiny):
         assert mixed.responses is item.responses and mixed.answer == item.answer
     assert torch.count_nonzero(items[0].prompt.vision["pixel_values"]) > 0  # originals untouched
     again = ablate_images(items, "shuffled", seed=0)
-    assert torch.equal(again[1].prompt.vision["pixel_values"], shuffled[1].prompt.vision["pixel_values"])
+    assert torch.equal(
+        again[1].prompt.vision["pixel_values"], shuffled[1].prompt.vision["pixel_values"]
+    )
     with pytest.raises(ValueError, match="how must be 'zeroed' or 'shuffled', got 'blurred'"):
         ablate_images(items, "blurred", seed=0)

@@ -1,28 +1,44 @@
-"""The claim experiment (`uv run reproduce`), under the protocol of configs/claim.yaml.
+"""The claim experiment (`uv run reproduce`), under claim protocol v3 (configs/claim.yaml).
 
-Per seed: the miniature's offline data (prompts and scripted responses), one warm start (SFT
-on the mixture, ``settings.warm_start``), then every objective trained from it with the same
-budget (``settings.budget``) through the real CLI:
+Per seed: the miniature's offline data (prompts and scripted responses, sample counts that vary
+with the difficulty), one warm start (SFT on the mixture, ``settings.warm_start``), then every
+objective trained from it with the same budget (``settings.budget``) through the real CLI:
 
 - ``dual`` (the method), ``single_reference``, ``sft``, ``rft``, ``always_fast``,
   ``always_slow`` (baselines), ``fixed_prior`` (negative control), ``exact_partition``
-  (positive control): the module's objectives;
-- ``oracle_router`` (positive control): the SFT model's forced decodes routed by the true digit
-  count (slow from a threshold tuned on validation);
-- ``warm_start``: the precondition's subject.
+  (positive control, oracle): the module's objectives;
+- ``oracle_router`` (positive control, oracle): the SFT model's forced decodes routed by the
+  true digit count (slow from a threshold tuned on validation);
+- ``warm_start``: the subject of the preconditions on the data; the image-ablation
+  preconditions are judged on the method.
 
 Ablations (reported, not judged): the method and single-reference DGO trained on the swapped
-sample counts (the count-swap check), the method with a per-sequence token-mean loss, a
-length-cost sweep on seed 0, and on seed 0 the method and single-reference DGO trained on a file
-whose fast responses the warm start sampled (generate.py: the warm-start model as the fast
-behaviour policy). papers_eval applies the checks and computes the verdict.
+count schedules (the count-swap check), the method with a per-sequence token-mean loss, a
+length-cost sweep on the first seed, and on the first seed the method and single-reference DGO
+trained on a file whose fast responses the warm start sampled (generate.py).
+
+Every fit is a job of the shared runner (``papers_eval.jobs``: ``claim_job``), cached under
+runs/dual-reference-dgo/jobs; ``--jobs N`` runs N spawned workers of one torch thread each (2 by
+default, 1 with ``--quick``), and a job's result does not depend on N. A warm start's checkpoint
+travels in its job's value and is written under runs/dual-reference-dgo/inputs, named by its
+job's cache key, for the fits that start from it. The per-prompt arrays of every fit (P(fast),
+forced-mode correctness and tokens) go to ``per_prompt.json.gz`` beside the record, so a
+matched-token re-analysis needs no retraining. papers_eval applies the checks and computes the
+verdict; a verdict that is not ``held`` gets the budget evidence (the method and its strongest
+rival at 1x and 2x the fine-tuning epochs) and a diagnosis (``diagnose``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gzip
 import json
+import math
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -34,31 +50,49 @@ from dual_dgo.baselines import oracle_route
 from dual_dgo.cli import DualDgoCLI
 from dual_dgo.data import DualDgoDataModule, collate_prompts
 from dual_dgo.evaluation import (
+    ablate_images,
     accuracy_by_difficulty,
     fast_rate_by_difficulty,
     gain_at_matched_tokens,
+    ranked_switch_p_slow,
     ridge_probe_r2,
 )
 from dual_dgo.generate import generate_offline, load_fast_policy
 from dual_dgo.miniature import TaskConfig
 from dual_dgo.model import DualDgoModule, Objective, chosen, summary_metrics
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval import judge, load_claim_spec, tune, tuning_grids, write_claim
+from papers_eval.claim_record import Replication
+from papers_eval.diagnosis import finding
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.mechanism import budget_evidence
+from papers_eval.record import git_revision
 
-CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+PROJECT = project_dir_of(__file__)
+CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+SLUG = "dual-reference-dgo"
+RUNS = PROJECT.parents[1] / "runs" / SLUG  # the job cache and the warm starts (git-ignored)
 TRAINED = get_args(Objective)  # every objective of the module is a trained subject
 SUBJECTS = (*TRAINED, "oracle_router", "warm_start")
 AGAINST = ("single_reference", "sft", "rft")
+PAIR = ("dual", "single_reference")  # the subjects of the count swap and the reported ablations
+ABLATIONS = ("zeroed", "shuffled")  # the image ablation
+K_MAX = 8
+# The grids whose edges are checked: the oracle's thresholds 1..9 span every routing (1 is
+# always slow, 9 always fast), so an edge there is an answer, not a grid that stopped short.
+EDGE_CHECKED = ("beta",)
 METRICS = (
     "fast_rate",
     "slow_rank_correlation",
     *(f"gain_vs_{name}" for name in AGAINST),
+    *(f"gain_vs_{name}_random" for name in AGAINST),
     "count_swap_shift",
     "fast_accuracy_drop",
     "slow_advantage_on_hard",
     "easy_fast_reward_advantage",
     "difficulty_probe_r2",
     "last_token_probe_r2",
+    *(f"{how}_image_accuracy" for how in ABLATIONS),
     "accuracy",
     "tokens",
     "reward",
@@ -66,104 +100,99 @@ METRICS = (
 )
 
 
-def _flags(settings: dict[str, Any]) -> list[str]:
+# ------------------------------------------------------------------------------- one job
+def _flags(settings: Mapping[str, Any]) -> list[str]:
     return [f"--{key}={value}" for key, value in settings.items()]
 
 
-def _key(job: tuple) -> str:
-    return json.dumps(job, sort_keys=True)
+def warm_checkpoint(warm: str) -> Path:
+    """Where the warm start of cache key ``warm`` (its first 16 hex digits) lies."""
+    return RUNS / "inputs" / f"warm-{warm}.ckpt"
 
 
-class Runner:
-    """Trains and evaluates each job once; the cache serves tuning, the per-seed runs and the
-    ablations alike. A job is ``("warm", seed)`` or ``("train", objective, params, seed, data)``.
-    ``prefetch`` runs a list of jobs in ``settings.workers`` spawned processes (one thread each);
-    each job's result depends only on the job, so the order does not matter."""
-
-    def __init__(self, settings: dict[str, Any], workdir: Path) -> None:
-        self.settings, self.workdir = settings, workdir
-        self.cache: dict[str, dict] = {}
-
-    def warm_start(self, seed: int) -> dict:
-        return self.result(("warm", seed))
-
-    def trained(
-        self, objective: str, params: dict[str, Any], seed: int, data: dict | None = None
-    ) -> dict:
-        return self.result(("train", objective, params, seed, data or {}))
-
-    def result(self, job: tuple) -> dict:
-        key = _key(job)
-        if key not in self.cache:
-            if job[0] == "train":
-                self.warm_start(job[3])
-            self.cache[key] = run_job(job, self.settings, self.workdir)
-        return self.cache[key]
-
-    def prefetch(self, jobs: list[tuple]) -> None:
-        """Run the jobs not yet cached (warm starts first) in parallel processes."""
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        workers = int(self.settings.get("workers", 1))
-        warm = [j for j in jobs if j[0] == "warm"] + [
-            ("warm", j[3]) for j in jobs if j[0] == "train"
-        ]
-        for stage in (warm, [j for j in jobs if j[0] == "train"]):
-            todo = list({_key(j): j for j in stage if _key(j) not in self.cache}.values())
-            if workers <= 1 or len(todo) <= 1:
-                for job in todo:
-                    self.result(job)
-                continue
-            context = multiprocessing.get_context("spawn")  # forking after torch started can hang
-            with ProcessPoolExecutor(
-                min(workers, len(todo)),
-                mp_context=context,
-                initializer=torch.set_num_threads,
-                initargs=(1,),
-            ) as pool:
-                futures = {
-                    _key(j): pool.submit(run_job, j, self.settings, self.workdir) for j in todo
-                }
-                for key, future in futures.items():
-                    self.cache[key] = future.result()
+def warm_fast_folder(warm: str) -> Path:
+    """The offline file whose fast responses the warm start ``warm`` sampled."""
+    return RUNS / "inputs" / f"warm-fast-{warm}"
 
 
-def run_job(job: tuple, settings: dict[str, Any], workdir: Path) -> dict:
-    """Train one job through the real CLI (no logger, no checkpoints) and evaluate it."""
-    if job[0] == "warm":
-        seed = job[1]
+def fit_job(
+    subject: str,
+    seed: int,
+    stage: str,
+    warm: str,
+    model: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    budget: float = 1.0,
+    fast_policy: bool = False,
+) -> Job:
+    """A fine-tune of objective ``subject`` from warm start ``warm``: ``model`` and ``data``
+    override the module's and the data's settings, ``budget`` scales the epochs, ``fast_policy``
+    trains on the warm start's own fast samples. Defaults stay out of the params, so equal fits
+    are one job (the tuning trial at the chosen value is the first seed's run)."""
+    params: dict[str, Any] = {"warm": warm, "model": dict(model or {})}
+    if data:
+        params["data"] = dict(data)
+    if budget != 1.0:
+        params["budget"] = budget
+    if fast_policy:
+        params["fast_responses"] = "warm_start"
+    return Job(subject, seed, params, stage=stage)
+
+
+def claim_job(job: Job, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """One fit through the real CLI (no logger, no checkpoints) and its evaluation; a top-level
+    function, so that the runner's workers import it by name. A warm start's value carries its
+    checkpoint (bytes), which the fits from it read from ``warm_checkpoint``."""
+    params = job.params
+    data = {**settings["data"], **params.get("data", {})}
+    if job.subject == "warm_start":
         overrides = ["--model.objective=sft", *_flags(settings["warm_start"])]
     else:
-        _, objective, params, seed, _ = job
-        model_flags = {f"model.{k}": v for k, v in params.items()}
+        budget = dict(settings["budget"])
+        epochs = budget["trainer.max_epochs"] * params.get("budget", 1.0)
+        budget["trainer.max_epochs"] = int(round(epochs))
+        model = {f"model.{key}": value for key, value in params["model"].items()}
         overrides = [
-            f"--model.objective={objective}",
-            f"--model.init_checkpoint={workdir / f'warm_seed{seed}.ckpt'}",
-            *_flags({**settings["budget"], **model_flags}),
+            f"--model.objective={job.subject}",
+            f"--model.init_checkpoint={warm_checkpoint(params['warm'])}",
+            *_flags({**budget, **model}),
         ]
-    data = {**settings["data"], **(job[4] if job[0] == "train" else {})}
+        if params.get("fast_responses") == "warm_start":
+            data["data.root"] = str(warm_fast_folder(params["warm"]))
+            data["data.max_length"] = TaskConfig().max_length
     cli = quiet_fit(
         DualDgoModule,
         DualDgoDataModule,
         project_file=__file__,
-        seed=seed,
+        seed=job.seed,
         overrides=[*overrides, *_flags(data), "--trainer.limit_val_batches=0"],
         cli_class=DualDgoCLI,
     )
-    if job[0] == "warm":
-        cli.trainer.save_checkpoint(workdir / f"warm_seed{seed}.ckpt")
-    return evaluate(cli.model, cli.datamodule, settings["probe_train_prompts"])
+    out = evaluate(cli.model, cli.datamodule, settings["probe_train_prompts"], job.seed)
+    if job.subject == "warm_start":
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "warm.ckpt"
+            cli.trainer.save_checkpoint(path, weights_only=True)
+            out["checkpoint"] = path.read_bytes()
+    return out
 
 
-def evaluate(model: DualDgoModule, data: DualDgoDataModule, n_probe: int) -> dict:
-    """Per-prompt arrays on val and test, the difficulty probe and the reward's constants."""
+def _evaluate_in_chunks(model: DualDgoModule, items) -> dict[str, np.ndarray]:
+    parts = [model.evaluate_prompts(items[i : i + 512]) for i in range(0, len(items), 512)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def evaluate(model: DualDgoModule, data: DualDgoDataModule, n_probe: int, seed: int) -> dict:
+    """Per-prompt arrays on val and test (and on the test prompts with their pixels zeroed or
+    shuffled), the fast mass the objective's weights target per digit count, the difficulty
+    probes and the reward's constants."""
     model.eval()
     out = {"max_length": data.max_length, "length_cost": data.hparams.length_cost}
     for split in ("val", "test"):
-        items = data.splits[split]
-        parts = [model.evaluate_prompts(items[i : i + 512]) for i in range(0, len(items), 512)]
-        out[split] = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        out[split] = _evaluate_in_chunks(model, data.splits[split])
+    for how in ABLATIONS:
+        ablated = ablate_images(data.splits["test"], how, seed)
+        out[f"test_{how}"] = _evaluate_in_chunks(model, ablated)
     with torch.no_grad():  # the fast mass the objective's weights put on each training prompt
         batch = collate_prompts(data.splits["train"])
         weights = model.response_weights(batch)[0].double()
@@ -177,10 +206,8 @@ def evaluate(model: DualDgoModule, data: DualDgoDataModule, n_probe: int) -> dic
         for level in range(1, data.hparams.k_max + 1)
     ]
     train_items = data.splits["train"][:n_probe]
-    train_features, val_features = (
-        prompt_features(model, train_items),
-        prompt_features(model, data.splits["val"]),
-    )
+    train_features = prompt_features(model, train_items)
+    val_features = prompt_features(model, data.splits["val"])
     for name in ("image_mean", "last_token"):
         out[f"probe_r2_{name}"] = ridge_probe_r2(
             train_features[name],
@@ -204,6 +231,7 @@ def prompt_features(model: DualDgoModule, items) -> dict[str, torch.Tensor]:
     }
 
 
+# ------------------------------------------------------------------------------- metrics
 def probes(result: dict) -> dict[str, float]:
     """The registered difficulty probe (image tokens) and the reported one (last token)."""
     return {
@@ -212,18 +240,24 @@ def probes(result: dict) -> dict[str, float]:
     }
 
 
+def val_reward(result: dict, p_slow: np.ndarray | None = None) -> float:
+    """The tuning metric: mean validation reward (correct - length cost x tokens / max length)."""
+    picked = chosen(result["val"], p_slow)
+    cost = result["length_cost"] * picked["tokens"] / result["max_length"]
+    return float((picked["correct"] - cost).mean())
+
+
 def subject_metrics(
-    arrays: dict[str, np.ndarray],
+    result: dict[str, Any],
     baselines: dict[str, dict[str, np.ndarray]],
-    length_cost: float,
-    max_length: int,
-    k_max: int,
+    k_max: int = K_MAX,
     p_slow: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Every metric of METRICS that one model (or routing rule) has on one seed's test set."""
+    """Every metric of METRICS but the count swap that one model (or a routing rule ``p_slow``
+    over its forced decodes) has on one seed's test prompts."""
+    arrays, length_cost, max_length = result["test"], result["length_cost"], result["max_length"]
     picked = chosen(arrays, p_slow)
     slow = 1 - arrays["p_fast"] if p_slow is None else p_slow
-    fast_rate = 1 - slow
     easy, hard = [1, 2], [k_max - 1, k_max]
     rewards = {
         mode: arrays[f"{mode}_correct"] - length_cost * arrays[f"{mode}_tokens"] / max_length
@@ -231,13 +265,14 @@ def subject_metrics(
     }
     one_digit = arrays["difficulty"] == 1
     return {
-        "fast_rate": fast_rate,
+        "fast_rate": 1 - slow,
         "slow_rank_correlation": float(spearmanr(arrays["difficulty"], slow).statistic)
         if np.ptp(slow) > 0
         else 0.0,
         **{
-            f"gain_vs_{name}": gain_at_matched_tokens(arrays, baselines[name], p_slow)
+            f"gain_vs_{name}{suffix}": gain_at_matched_tokens(arrays, baselines[name], p_slow, rule)
             for name in AGAINST
+            for suffix, rule in (("", "ranked"), ("_random", "random"))
         },
         "fast_accuracy_drop": accuracy_by_difficulty(arrays, "fast", easy)
         - accuracy_by_difficulty(arrays, "fast", hard),
@@ -246,210 +281,592 @@ def subject_metrics(
         "easy_fast_reward_advantage": float(
             (rewards["fast"][one_digit] - rewards["slow"][one_digit]).mean()
         ),
+        **{
+            f"{how}_image_accuracy": chosen(result[f"test_{how}"], p_slow)["correct"]
+            for how in ABLATIONS
+        },
         "accuracy": picked["correct"],
         "tokens": picked["tokens"],
         "reward": picked["correct"] - length_cost * picked["tokens"] / max_length,
+        **probes(result),
+        "val_reward": val_reward(result),
     }
 
 
+def grid_edges(tuning, grids: Mapping[str, list[dict]]) -> dict[str, dict[str, Any]]:
+    """For each tuned subject and checked parameter (EDGE_CHECKED): the chosen value, the grid's
+    ends and whether the choice sits on one (None for a grid of fewer than 3 values, where an
+    edge says nothing). The protocol extends a grid whose best value sits at its edge."""
+    out = {}
+    for subject, best in tuning.best.items():
+        for name, chosen_value in best.items():
+            if name not in EDGE_CHECKED:
+                continue
+            values = sorted({params[name] for params in grids[subject]})
+            at_edge = None if len(values) < 3 else chosen_value in (values[0], values[-1])
+            out[subject] = {
+                "param": name,
+                "chosen": chosen_value,
+                "low": values[0],
+                "high": values[-1],
+                "values": len(values),
+                "at_edge": at_edge,
+            }
+    return out
+
+
+def per_prompt_arrays(result: dict[str, Any]) -> dict[str, Any]:
+    """One fit's per-prompt arrays as compact lists (P(fast) to 6 decimals)."""
+
+    def compact(arrays: dict[str, np.ndarray]) -> dict[str, list]:
+        return {
+            key: np.round(values, 6).tolist() if key == "p_fast" else values.astype(int).tolist()
+            for key, values in arrays.items()
+        }
+
+    splits = ("val", "test", *(f"test_{how}" for how in ABLATIONS))
+    return {split: compact(result[split]) for split in splits}
+
+
+# ------------------------------------------------------------------------------- the runs
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Sampling in the main process with one thread, as the jobs run (the sampled file must not
+    depend on how many workers the run used, nor on the caller's thread count)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class Experiment:
+    """Runs the fits of the claim through the shared runner and keeps every result."""
+
+    def __init__(self, settings: dict[str, Any], options: dict[str, Any], revision: str) -> None:
+        self.settings, self.options, self.revision = settings, options, revision
+        self.results: list[JobResult] = []  # every fit, for the record's per-job times
+        self.done: dict[Job, JobResult] = {}
+
+    def run(self, jobs: list[Job]) -> None:
+        """Run (or load from the cache) the jobs not yet done, in one batch of the runner."""
+        todo = [job for job in dict.fromkeys(jobs) if job not in self.done]
+        if not todo:
+            return
+        finished = run_jobs(
+            claim_job,
+            todo,
+            settings=self.settings,
+            cache_dir=RUNS / "jobs",
+            revision=self.revision,
+            label=SLUG,
+            **self.options,
+        )
+        self.results.extend(finished)
+        self.done.update({result.job: result for result in finished})
+
+    def value(self, job: Job) -> dict[str, Any]:
+        self.run([job])
+        return self.done[job].value
+
+    def warm_starts(self, seeds, stage: str) -> dict[int, str]:
+        """Each seed's warm start, written to ``warm_checkpoint``; seed -> its name (the first
+        16 hex digits of its job's cache key, so a new revision or setting gets a new file)."""
+        jobs = [Job("warm_start", seed, {}, stage=stage) for seed in seeds]
+        self.run(jobs)
+        names = {}
+        for job in jobs:
+            result = self.done[job]
+            name = result.key[:16]
+            path = warm_checkpoint(name)
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(".partial")
+                partial.write_bytes(result.value["checkpoint"])
+                partial.replace(path)
+            names[job.seed] = name
+        return names
+
+    def warm_fast_file(self, warm: str, seed: int) -> dict[str, list[float]]:
+        """The offline file with the warm start's sampled fast responses (written once per warm
+        start); returns the fast accuracy per digit count it logged, per split."""
+        folder = warm_fast_folder(warm)
+        summary = folder / "behaviour.json"
+        if not summary.is_file():
+            data = DualDgoDataModule(
+                **{k.removeprefix("data."): v for k, v in self.settings["data"].items()}
+            )
+            partial = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            with one_thread():
+                behaviour = generate_offline(
+                    partial,
+                    seed,
+                    data.task,
+                    {s: data.hparams[f"n_{s}"] for s in ("train", "val", "test")},
+                    load_fast_policy(warm_checkpoint(warm)),
+                    self.settings["warm_fast_policy"]["temperature"],
+                )
+            (partial / "behaviour.json").write_text(json.dumps(behaviour))
+            shutil.rmtree(folder, ignore_errors=True)
+            partial.rename(folder)
+        return json.loads(summary.read_text())
+
+    def __call__(self, spec, *, reported: bool) -> dict[str, Any]:
+        """Tune on validation (first seed), then run every subject on every seed of ``spec``;
+        ``reported`` adds the ablations that are reported, never judged."""
+        settings = self.settings
+        stage = "replicate" if spec.replicating else "test"
+        seeds, first = list(spec.seeds), spec.seeds[0]
+        warm = self.warm_starts(seeds, stage)
+
+        def fit(subject: str, seed: int, **kwargs) -> Job:
+            return fit_job(subject, seed, stage, warm[seed], **kwargs)
+
+        grids = tuning_grids(spec.tuning, spec.subjects)
+        self.run(
+            [fit("sft", first)]
+            + [fit(s, first, model=p) for s, grid in grids.items() if s in TRAINED for p in grid]
+        )
+
+        def score(subject: str, params: dict[str, Any], seed: int) -> float:
+            if subject == "oracle_router":
+                result = self.value(fit("sft", seed))
+                route = oracle_route(
+                    torch.from_numpy(result["val"]["difficulty"]), params["threshold"]
+                )
+                return val_reward(result, route.numpy().astype(np.float64))
+            return val_reward(self.value(fit(subject, seed, model=params)))
+
+        tuning = tune(spec, score)
+        best = {s: dict(tuning.best.get(s, {})) for s in spec.subjects}
+        swapped = settings["swapped_counts"]
+        token_mean = {**best["dual"], "reduction": "token_mean"}
+        jobs = [fit(s, seed, model=best[s]) for seed in seeds for s in TRAINED]
+        jobs += [fit(s, seed, model=best[s], data=swapped) for seed in seeds for s in PAIR]
+        behaviour = None
+        if reported:
+            behaviour = self.warm_fast_file(warm[first], first)
+            jobs += [fit("dual", seed, model=token_mean) for seed in seeds]
+            jobs += [
+                fit(s, first, model=best[s], data={"data.length_cost": cost})
+                for cost in settings["length_cost_sweep"]
+                for s in PAIR
+            ]
+            jobs += [fit(s, first, model=best[s], fast_policy=True) for s in PAIR]
+        self.run(jobs)
+
+        per_seed, arrays, ablations = {}, {}, []
+        for seed in seeds:
+            runs = {s: self.value(fit(s, seed, model=best[s])) for s in TRAINED}
+            runs["warm_start"] = self.value(Job("warm_start", seed, {}, stage=stage))
+            moved = {s: self.value(fit(s, seed, model=best[s], data=swapped)) for s in PAIR}
+            per_seed[seed] = seed_metrics(runs, moved, best["oracle_router"]["threshold"])
+            arrays[str(seed)] = {
+                **{s: per_prompt_arrays(r) for s, r in runs.items()},
+                **{f"{s}_swapped": per_prompt_arrays(r) for s, r in moved.items()},
+            }
+            if reported:
+                mean_loss = self.value(fit("dual", seed, model=token_mean))
+                ablations.append(ablation_entry(seed, runs, moved, mean_loss))
+        results: dict[str, dict[str, list]] = {s: {} for s in spec.subjects}
+        for seed in seeds:
+            for subject in spec.subjects:
+                for metric, value in per_seed[seed][subject].items():
+                    results[subject].setdefault(metric, []).append(value)
+        out = {
+            "tuning": tuning,
+            "results": results,
+            "best": best,
+            "warm": warm,
+            "stage": stage,
+            "arrays": arrays,
+            "grid_arrays": {
+                subject: {
+                    json.dumps(p, sort_keys=True): per_prompt_arrays(
+                        self.value(fit(subject, first, model=p))
+                    )
+                    for p in grid
+                }
+                for subject, grid in grids.items()
+                if subject in TRAINED and len(grid) > 1
+            },
+            "edges": grid_edges(tuning, grids),
+        }
+        if reported:
+            out["ablations"] = ablations
+            out["sweep"] = length_cost_sweep(self, fit, best, first)
+            out["warm_fast"] = warm_fast_evidence(self, fit, best, first, behaviour)
+        return out
+
+
+def seed_metrics(runs: dict[str, dict], moved: dict[str, dict], threshold: float) -> dict:
+    """Every subject's metrics on one seed (the oracle router from the SFT model's decodes)."""
+    tests = {s: r["test"] for s, r in runs.items() if s in TRAINED}
+    out = {s: subject_metrics(runs[s], tests) for s in (*TRAINED, "warm_start")}
+    sft = runs["sft"]
+
+    def route(split: str) -> np.ndarray:
+        difficulty = torch.from_numpy(sft[split]["difficulty"])
+        return oracle_route(difficulty, threshold).numpy().astype(np.float64)
+
+    out["oracle_router"] = subject_metrics(sft, tests, p_slow=route("test")) | {
+        "val_reward": val_reward(sft, route("val"))
+    }
+    for subject in (*TRAINED, "warm_start"):
+        out[subject]["count_swap_shift"] = float("nan")
+    out["oracle_router"]["count_swap_shift"] = 0.0  # routes on the digit count only
+    for subject, run in moved.items():
+        shift = abs(run["test"]["p_fast"].mean() - tests[subject]["p_fast"].mean())
+        out[subject]["count_swap_shift"] = float(shift)
+    return out
+
+
+def ablation_entry(seed: int, runs: dict, moved: dict, mean_loss: dict) -> dict[str, Any]:
+    """The reported per-seed ablations: swapped counts, token-mean loss, per-level curves."""
+    summary = lambda r: summary_metrics(r["test"], r["length_cost"], r["max_length"])  # noqa: E731
+    return {
+        "seed": seed,
+        **{f"{s}_swapped": summary(r) for s, r in moved.items()},
+        "dual_token_mean": summary(mean_loss),
+        "fast_rate_by_difficulty": {
+            s: fast_rate_by_difficulty(r["test"], K_MAX)
+            for s, r in {**runs, "dual_token_mean": mean_loss}.items()
+        },
+        "target_fast_by_difficulty": {
+            s: r["target_fast_by_difficulty"] for s, r in runs.items() if s in TRAINED
+        },
+        "summary": {s: summary(r) for s, r in runs.items()},
+    }
+
+
+def length_cost_sweep(experiment: Experiment, fit, best: dict, seed: int) -> list[dict]:
+    """Accuracy and tokens of the method and single-reference DGO as the length cost varies
+    (first seed; each length cost re-scores the same offline responses)."""
+    rows = []
+    default = experiment.settings["data"]["data.length_cost"]
+    for cost in [default, *experiment.settings["length_cost_sweep"]]:
+        data = {} if cost == default else {"data.length_cost": cost}
+        for subject in PAIR:
+            result = experiment.value(fit(subject, seed, model=best[subject], data=data))
+            metrics = summary_metrics(result["test"], result["length_cost"], result["max_length"])
+            rows.append({"subject": subject, "length_cost": cost, **metrics})
+    return rows
+
+
+def warm_fast_evidence(experiment: Experiment, fit, best: dict, seed: int, behaviour) -> dict:
+    """The method and single-reference DGO trained on the warm start's own fast samples."""
+    runs = {s: experiment.value(fit(s, seed, model=best[s], fast_policy=True)) for s in PAIR}
+    return {
+        "seed": seed,
+        "fast_accuracy_by_difficulty": {
+            "warm_start_sampled": behaviour["train"],
+            "scripted": [TaskConfig().fast_accuracy(k) for k in range(1, K_MAX + 1)],
+        },
+        **{
+            s: summary_metrics(r["test"], r["length_cost"], r["max_length"])
+            | {"fast_rate_by_difficulty": fast_rate_by_difficulty(r["test"], K_MAX)}
+            for s, r in runs.items()
+        },
+    }
+
+
+# ------------------------------------------------------------------------------- not held
+def budget_rival(check) -> str:
+    """The strongest rival for a failed check: the baseline a gain check compares with, else
+    single-reference DGO (the baseline the paper's mechanism is about)."""
+    for name in AGAINST:
+        if check.metric == f"gain_vs_{name}":
+            return name
+    return "single_reference"
+
+
+def fine_tune_budget(experiment: Experiment, spec, registered: dict, check) -> dict[str, Any]:
+    """The method and its strongest rival at 1x and 2x the fine-tuning epochs, first registered
+    seed, same warm start: does the method's gap on the failed ``check`` close?"""
+    method, rival = spec.method, budget_rival(check)
+    seed, best = spec.seeds[0], registered["best"]
+    warm, swapped = registered["warm"], experiment.settings["swapped_counts"]
+    multipliers = (1.0, 2.0)
+
+    def job(subject: str, multiplier: float, data=None) -> Job:
+        stage = registered["stage"] if multiplier == 1.0 else "budget"
+        return fit_job(
+            subject, seed, stage, warm[seed], model=best[subject], data=data, budget=multiplier
+        )
+
+    counted = check.metric == "count_swap_shift"
+    planned = [
+        job(s, m, data)
+        for s in (method, rival)
+        for m in multipliers
+        for data in ((None, swapped) if counted else (None,))
+    ]
+    experiment.run(planned)
+
+    def measure(subject: str, multiplier: float, _seed: int) -> dict[str, float]:
+        result = experiment.done[job(subject, multiplier)]
+        arrays, wall = result.value["test"], result.wall_time_s
+        if check.metric.startswith("gain_vs_"):
+            # the method's accuracy, and the rival's at the method's mean tokens (ranked rule)
+            own = chosen(experiment.done[job(method, multiplier)].value["test"])
+            if subject == method:
+                metric = float(own["correct"].mean())
+            else:
+                p_slow = ranked_switch_p_slow(arrays, float(own["tokens"].mean()))
+                metric = float(chosen(arrays, p_slow)["correct"].mean())
+        elif counted:
+            other = experiment.done[job(subject, multiplier, swapped)]
+            metric = float(abs(other.value["test"]["p_fast"].mean() - arrays["p_fast"].mean()))
+            wall += other.wall_time_s
+        elif check.metric == "fast_rate":
+            metric = float(arrays["p_fast"].mean())
+        else:  # slow_rank_correlation
+            metric = float(spearmanr(arrays["difficulty"], 1 - arrays["p_fast"]).statistic)
+        return {"metric": metric, "wall_time_s": wall}
+
+    evidence = budget_evidence(
+        measure, method=method, rival=rival, goal=check.goal, seed=seed, multipliers=multipliers
+    )
+    sign = 1.0 if check.goal == "higher" else -1.0
+    if check.metric.startswith(
+        "gain_vs_"
+    ):  # the gap is the method's gain: it must clear the margin
+        clears = {k: bool(gap > check.margin) for k, gap in evidence["gap"].items()}
+    else:
+        bar = check.threshold + sign * check.margin
+        clears = {
+            k: bool(sign * (evidence["points"][method][k]["metric"] - bar) > 0)
+            for k in evidence["gap"]
+        }
+    return evidence | {"check": check.name, "metric": check.metric, "clears_bar_at": clears}
+
+
+def failed_checks(spec, judgements) -> list:
+    """The method's checks that failed on any judged seed set, in the spec's order."""
+    return [
+        check
+        for check in spec.checks
+        if any(not j.outcomes[spec.method][check.name].passed for j in judgements)
+    ]
+
+
+def _finite(record: dict, path: str) -> bool:
+    node: Any = record
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node)
+
+
+def diagnose(record: dict[str, Any], *, spec, judgements) -> list:
+    """Findings for a verdict that is not ``held``, each citing numbers of the record.
+
+    - a failed precondition: the miniature did not pose the problem at this budget;
+    - a control that misbehaved: a positive control failing a gain check means even privileged
+      routing does not clear the bar (``check``); a negative control passing means the bar is
+      lenient (``check``);
+    - a failed gain check of the method: ``check`` when the oracle router fails it too or the
+      gain clears the margin at twice the epochs; ``idea`` when the random-switch gain clears
+      the margin (the method's advantage is its operating point, which the rival's own ranking
+      recovers at the same tokens); else ``undetermined``;
+    - a tuned beta at its grid's edge (``check``): the grid must be extended;
+    - any other failed check: ``undetermined`` with its numbers (and the budget's)."""
+    if record["verdict"] in ("held", "held, not replicated"):
+        return []
+    method, metrics, findings = spec.method, record["metrics"], []
+
+    def cites(*pairs: tuple[str, str]) -> list[tuple[str, str]]:
+        return [pair for pair in pairs if _finite(record, pair[0])]
+
+    def add(cause: str, summary: str, *pairs: tuple[str, str]) -> None:
+        usable = cites(*pairs)
+        if usable:
+            findings.append(finding(cause, summary, *usable))
+
+    for check in spec.preconditions:
+        if any(not j.preconditions[check.name].passed for j in judgements):
+            add(
+                "undetermined",
+                f"precondition {check.name} failed on {check.subject}: the miniature, at this "
+                "budget, does not pose the problem the checks are about",
+                (f"metrics.{check.subject}.{check.metric}.mean", f"{check.subject} {check.metric}"),
+            )
+    for control in spec.judged_controls:
+        for name in control.checks:
+            check = spec.check(name)
+            passed = [j.outcomes[control.name][name].passed for j in judgements]
+            path = f"metrics.{control.name}.{check.metric}.mean"
+            if control.role == "positive" and not all(passed):
+                add(
+                    "check",
+                    f"positive control {control.name} ({control.kind}) fails {name}: the bar is "
+                    "beyond what its privileged information reaches in this miniature",
+                    (path, f"{control.name} {check.metric}"),
+                )
+            if control.role == "negative" and all(passed):
+                add(
+                    "check",
+                    f"negative control {control.name} passes {name}: the bar is too lenient",
+                    (path, f"{control.name} {check.metric}"),
+                )
+    budget = record.get("budget") or {}
+    for check in failed_checks(spec, judgements):
+        own = (f"metrics.{method}.{check.metric}.mean", f"{method} {check.metric}")
+        at_double = budget.get("check") == check.name and budget["clears_bar_at"].get("2")
+        budget_cites = tuple(
+            (f"budget.gap.{k}", f"gap to {budget.get('rival')} at {k}x epochs") for k in ("1", "2")
+        )
+        if check.metric.startswith("gain_vs_"):
+            rival = check.metric.removeprefix("gain_vs_")
+            oracle = (f"metrics.oracle_router.{check.metric}.mean", "oracle router, same rule")
+            random = (f"metrics.{method}.{check.metric}_random.mean", "random-switch rule")
+            oracle_fails = _finite(record, oracle[0]) and (
+                metrics["oracle_router"][check.metric]["mean"] <= check.margin
+            )
+            if oracle_fails:
+                add(
+                    "check",
+                    f"{check.name}: routing by the true digit count does not beat {rival}'s own "
+                    "P(fast) ranking by the margin either: at matched tokens any subject whose "
+                    "P(fast) orders the prompts by difficulty ties here",
+                    own,
+                    oracle,
+                )
+            elif at_double:
+                add(
+                    "check",
+                    f"{check.name}: the gain clears the margin at twice the epochs",
+                    own,
+                    *budget_cites,
+                )
+            elif _finite(record, random[0]) and (
+                metrics[method][f"{check.metric}_random"]["mean"] > check.margin
+            ):
+                add(
+                    "idea",
+                    f"{check.name}: the method's gain over {rival} is its operating point: "
+                    f"switched blindly, {rival} loses; moved to the same mean tokens along its "
+                    "own P(fast) ranking (a constant logit bias), it does not",
+                    own,
+                    random,
+                )
+            else:
+                add("undetermined", f"{check.name}: no measured cause", own, *budget_cites)
+        elif at_double:
+            add("check", f"{check.name}: cleared at twice the epochs", own, *budget_cites)
+        else:
+            extra = (
+                ("metrics.single_reference.count_swap_shift.mean", "single-reference DGO's shift")
+                if check.metric == "count_swap_shift"
+                else own
+            )
+            add("undetermined", f"{check.name}: no measured cause", own, extra, *budget_cites)
+    for subject, edge in record["evidence"].get("tuning_edges", {}).items():
+        if edge["at_edge"]:
+            add(
+                "check",
+                f"{subject}'s tuned {edge['param']} sits at its grid's edge: the grid must be "
+                "extended before the comparison is fair",
+                (f"evidence.tuning_edges.{subject}.chosen", f"chosen {edge['param']}"),
+            )
+    if not findings:  # the verdict is not held and nothing above could cite a number
+        add(
+            "undetermined",
+            "no measured cause",
+            (f"metrics.{method}.accuracy.mean", "method accuracy"),
+            ("wall_time_s", "wall time"),
+        )
+    return findings
+
+
+# ------------------------------------------------------------------------------- the record
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Tune on validation, run every subject on every seed, judge, write results/."""
+    """Tune on validation, run every subject on every seed, judge; replicate on request; the
+    budget evidence when the method fails a check; write results/ (and per_prompt.json.gz)."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
     args = parser.parse_args(argv)
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     settings = dict(spec.settings)
-    k_max = 8
-    with tempfile.TemporaryDirectory(prefix="dual-dgo-claim-") as workdir:
-        runner = Runner(settings, Path(workdir))
-
-        def val_reward(result: dict, p_slow: np.ndarray | None = None) -> float:
-            arrays = result["val"]
-            picked = chosen(arrays, p_slow)
-            cost = result["length_cost"] * picked["tokens"] / result["max_length"]
-            return float((picked["correct"] - cost).mean())
-
-        def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
-            if subject == "oracle_router":
-                result = runner.trained("sft", {}, seed)
-                route = oracle_route(
-                    torch.from_numpy(result["val"]["difficulty"]), params["threshold"]
-                )
-                return val_reward(result, route.numpy().astype(np.float64))
-            return val_reward(runner.trained(subject, params, seed))
-
-        grids = tuning_grids(spec.tuning, spec.subjects)
-        first = spec.seeds[0]
-        runner.prefetch(
-            [("warm", seed) for seed in spec.seeds]
-            + [("train", "sft", {}, first, {})]
-            + [
-                ("train", subject, params, first, {})
-                for subject, grid in grids.items()
-                if subject in TRAINED
-                for params in grid
-                if params
-            ]
-        )
-        tuning = tune(spec, validation_score)
-        best = tuning.best
-        swapped = settings["swapped_counts"]
-        token_mean = {**best["dual"], "reduction": "token_mean"}
-        # the warm-start model as the fast behaviour policy (seed 0; written once, reported)
-        warm_fast_file = Path(workdir) / f"warm_fast_seed{first}"
-        data = DualDgoDataModule(
-            **{k.removeprefix("data."): v for k, v in settings["data"].items()}
-        )
-        warm_fast_behaviour = generate_offline(
-            warm_fast_file,
-            first,
-            data.task,
-            {s: data.hparams[f"n_{s}"] for s in ("train", "val", "test")},
-            load_fast_policy(Path(workdir) / f"warm_seed{first}.ckpt"),
-            settings["warm_fast_policy"]["temperature"],
-        )
-        warm_fast = {"data.root": str(warm_fast_file), "data.max_length": TaskConfig().max_length}
-        runner.prefetch(
-            [("train", s, best.get(s, {}), seed, {}) for seed in spec.seeds for s in TRAINED]
-            + [("train", s, best[s], first, warm_fast) for s in ("dual", "single_reference")]
-            + [
-                ("train", s, best[s], seed, swapped)
-                for seed in spec.seeds
-                for s in ("dual", "single_reference")
-            ]
-            + [("train", "dual", token_mean, seed, {}) for seed in spec.seeds]
-            + [
-                ("train", s, best[s], first, {"data.length_cost": cost})
-                for cost in settings["length_cost_sweep"]
-                for s in ("dual", "single_reference")
-            ]
-        )
-        per_seed: dict[int, dict[str, dict]] = {}
-        ablations: dict[str, list] = {}
-
-        def compute_seed(seed: int) -> dict[str, dict]:
-            results = {s: runner.trained(s, best.get(s, {}), seed) for s in TRAINED}
-            warm = runner.warm_start(seed)
-            tests = {s: r["test"] for s, r in results.items()}
-            length_cost, max_length = warm["length_cost"], warm["max_length"]
-            out = {}
-            for subject in (*TRAINED, "warm_start"):
-                result = warm if subject == "warm_start" else results[subject]
-                out[subject] = (
-                    subject_metrics(result["test"], tests, length_cost, max_length, k_max)
-                    | probes(result)
-                    | {"val_reward": val_reward(result)}
-                )
-            sft = results["sft"]
-            route = (
-                oracle_route(
-                    torch.from_numpy(sft["test"]["difficulty"]), best["oracle_router"]["threshold"]
-                )
-                .numpy()
-                .astype(np.float64)
-            )
-            val_route = (
-                oracle_route(
-                    torch.from_numpy(sft["val"]["difficulty"]), best["oracle_router"]["threshold"]
-                )
-                .numpy()
-                .astype(np.float64)
-            )
-            out["oracle_router"] = (
-                subject_metrics(sft["test"], tests, length_cost, max_length, k_max, p_slow=route)
-                | probes(sft)
-                | {"val_reward": val_reward(sft, val_route)}
-            )
-            # the count swap (judged on the method) and the ablations (reported)
-            for subject in TRAINED:
-                out[subject]["count_swap_shift"] = float("nan")
-            out["oracle_router"]["count_swap_shift"] = 0.0  # routes on the digit count only
-            out["warm_start"]["count_swap_shift"] = float("nan")
-            entry: dict[str, Any] = {"seed": seed}
-            for subject in ("dual", "single_reference"):
-                moved = runner.trained(subject, best[subject], seed, swapped)
-                shift = abs(moved["test"]["p_fast"].mean() - tests[subject]["p_fast"].mean())
-                out[subject]["count_swap_shift"] = float(shift)
-                entry[f"{subject}_swapped"] = summary_metrics(
-                    moved["test"], length_cost, max_length
-                )
-            token_mean_run = runner.trained("dual", token_mean, seed)
-            entry["dual_token_mean"] = summary_metrics(
-                token_mean_run["test"], length_cost, max_length
-            )
-            entry["fast_rate_by_difficulty"] = {
-                s: fast_rate_by_difficulty(a, k_max)
-                for s, a in {
-                    **tests,
-                    "warm_start": warm["test"],
-                    "dual_token_mean": token_mean_run["test"],
-                }.items()
-            }
-            entry["target_fast_by_difficulty"] = {
-                s: r["target_fast_by_difficulty"] for s, r in results.items()
-            }
-            entry["summary"] = {
-                s: summary_metrics(a, length_cost, max_length)
-                for s, a in {**tests, "warm_start": warm["test"]}.items()
-            }
-            ablations.setdefault("per_seed", []).append(entry)
-            return out
-
-        def run_one(subject: str, seed: int) -> dict[str, Any]:
-            if seed not in per_seed:
-                per_seed[seed] = compute_seed(seed)
-            return per_seed[seed][subject]
-
-        results = run_seeds(spec, run_one)
-        sweep = length_cost_sweep(runner, settings, best, spec.seeds[0])
-        warm_fast_runs = {
-            s: runner.trained(s, best[s], first, warm_fast) for s in ("dual", "single_reference")
-        }
-        warm_fast_evidence = {
-            "seed": first,
-            "fast_accuracy_by_difficulty": {
-                "warm_start_sampled": warm_fast_behaviour["train"],
-                "scripted": [TaskConfig().fast_accuracy(k) for k in range(1, k_max + 1)],
-            },
-            **{
-                s: summary_metrics(r["test"], r["length_cost"], r["max_length"])
-                | {"fast_rate_by_difficulty": fast_rate_by_difficulty(r["test"], k_max)}
-                for s, r in warm_fast_runs.items()
-            },
-        }
-    judgement = judge(spec, results)
-    figures = write_plots(args.out, ablations["per_seed"], sweep, k_max)
+    experiment = Experiment(
+        settings, runner_options(args, default_workers=2), git_revision(PROJECT)
+    )
+    registered = experiment(spec, reported=True)
+    judgement = judge(spec, registered["results"])
+    replication, judgements, replicated = None, [judgement], None
+    if args.replicate:
+        rspec = spec.for_replication()
+        replicated = experiment(rspec, reported=False)
+        rjudgement = judge(rspec, replicated["results"])
+        replication = Replication(rspec, replicated["results"], rjudgement, replicated["tuning"])
+        judgements.append(rjudgement)
+    failed = failed_checks(spec, judgements)
+    budget = fine_tune_budget(experiment, spec, registered, failed[0]) if failed else None
+    out = Path(args.out)
+    figures = write_plots(out, registered["ablations"], registered["sweep"], K_MAX)
+    per_prompt = write_per_prompt(out, registered, replicated)
+    edges = registered["edges"]
     write_claim(
-        args.out,
-        project="dual-reference-dgo",
+        out,
+        project=SLUG,
         spec=spec,
-        results=results,
+        results=registered["results"],
         judgement=judgement,
+        replication=replication,
         config={"settings": settings, "quick": args.quick},
         wall_time_s=time.perf_counter() - start,
-        tuning=tuning,
+        tuning=registered["tuning"],
         evidence={
-            "ablations": ablations,
-            "length_cost_sweep": sweep,
-            "warm_start_fast_policy": warm_fast_evidence,
+            "ablations": {"per_seed": registered["ablations"]},
+            "length_cost_sweep": registered["sweep"],
+            "warm_start_fast_policy": registered["warm_fast"],
+            "tuning_edges": edges,
+            "replication_tuning_edges": replicated["edges"] if replicated else None,
+            "per_prompt_file": per_prompt.name,
         },
+        notes=edge_notes(edges),
         figures=figures,
+        budget=budget,
+        jobs=summarise_jobs(experiment.results),
+        diagnosis=functools.partial(diagnose, spec=spec, judgements=judgements),
     )
-    return {"verdict": judgement.verdict, "results": results}
+    return {"verdict": judgement.verdict, "results": registered["results"]}
 
 
-def length_cost_sweep(runner: Runner, settings: dict, best: dict, seed: int) -> list[dict]:
-    """Accuracy and tokens of the method and single-reference DGO as the length cost varies
-    (seed 0; each length cost re-scores the same offline responses)."""
-    rows = []
-    default = settings["data"]["data.length_cost"]
-    for cost in [default, *settings["length_cost_sweep"]]:
-        data = {} if cost == default else {"data.length_cost": cost}
-        for subject in ("dual", "single_reference"):
-            result = runner.trained(subject, best[subject], seed, data)
-            metrics = summary_metrics(result["test"], result["length_cost"], result["max_length"])
-            rows.append({"subject": subject, "length_cost": cost, **metrics})
-    return rows
+def edge_notes(edges: dict[str, dict]) -> list[str]:
+    """One note on where each tuned beta sits in its grid."""
+    where = {True: "AT AN EDGE: extend the grid", False: "inside", None: "grid too small to tell"}
+    parts = [
+        f"{subject} {e['chosen']:g} in [{e['low']:g}, {e['high']:g}] ({where[e['at_edge']]})"
+        for subject, e in edges.items()
+    ]
+    return ["Tuned beta per subject: " + "; ".join(parts)] if parts else []
+
+
+def write_per_prompt(out: Path, registered: dict, replicated: dict | None) -> Path:
+    """results/per_prompt.json.gz: every fit's per-prompt arrays (val, test, test with zeroed or
+    shuffled pixels): P(fast), forced-fast / forced-slow correctness and tokens, difficulty; per
+    seed set, seed and subject, plus the first seed's tuning grid (subject -> params -> arrays)."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "about": (
+            "per seed and subject: p_fast (exact, first response token), {fast,slow}_correct and "
+            "{fast,slow}_tokens (greedy decodes forced into each mode), difficulty (digits); "
+            "splits val, test, test_zeroed, test_shuffled (image ablation); *_swapped: trained "
+            "on the swapped count schedules; tuning_grid: the first seed's trials"
+        ),
+        "registered": {"seeds": registered["arrays"], "tuning_grid": registered["grid_arrays"]},
+        "replication": None
+        if replicated is None
+        else {"seeds": replicated["arrays"], "tuning_grid": replicated["grid_arrays"]},
+    }
+    path = out / "per_prompt.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump(payload, handle, separators=(",", ":"))
+    return path
 
 
 def write_plots(out: str | Path, per_seed: list[dict], sweep: list[dict], k_max: int) -> list[str]:
@@ -473,7 +890,7 @@ def write_plots(out: str | Path, per_seed: list[dict], sweep: list[dict], k_max:
             label=name,
             lw=2.5 if name == "dual" else 1,
         )
-        if name in ("dual", "single_reference"):  # the masses the objective trains toward
+        if name in PAIR:  # the masses the objective trains toward
             target = np.array([entry["target_fast_by_difficulty"][name] for entry in per_seed])
             ax.plot(
                 levels,

@@ -1,5 +1,6 @@
 """Evaluation measures of the claim: budget-matched accuracy, the difficulty probe, the
-image ablation, the precondition. These are this implementation's definitions (README, "Reconstructed vs stated").
+image ablation, the precondition. These are this implementation's definitions (README,
+"Reconstructed vs stated").
 
 Per-prompt arrays come from ``DualDgoModule.evaluate_prompts``: ``p_fast`` (exact),
 ``{fast,slow}_correct`` and ``{fast,slow}_tokens`` (greedy decodes forced into each mode) and
@@ -151,5 +152,7 @@ def ablate_images(items: list[PromptItem], how: str, seed: int) -> list[PromptIt
             order = torch.randperm(flat.shape[-1], generator=generator)
             ablated = flat[..., order].reshape(pixels.shape)
         vision = {**item.prompt.vision, "pixel_values": ablated}
-        out.append(dataclasses.replace(item, prompt=dataclasses.replace(item.prompt, vision=vision)))
+        out.append(
+            dataclasses.replace(item, prompt=dataclasses.replace(item.prompt, vision=vision))
+        )
     return out

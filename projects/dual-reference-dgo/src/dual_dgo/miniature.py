@@ -162,9 +162,9 @@ def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
     """n prompts in the offline file's layout (formats.py), images as arrays.
 
     Each prompt of difficulty k gets task.counts(k) = (n_F, n_S) responses of mu_F and mu_S,
-    scored by the verifier (exact answer match) and the length cost. Prompts and images depend on the seed
-    only; each prompt's responses on (seed, index), so changing the sample counts keeps the
-    prompts (the count-swap check compares the same prompts).
+    scored by the verifier (exact answer match) and the length cost. Prompts and images depend
+    on the seed only; each prompt's responses on (seed, index), so changing the sample counts
+    keeps the prompts (the count-swap check compares the same prompts).
     """
     rng = np.random.default_rng(seed)
     records = []
