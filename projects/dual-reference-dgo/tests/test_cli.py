@@ -161,12 +161,18 @@ def test_the_offline_file_trains_and_the_exact_partition_control_refuses_it(
     assert "known accuracies" in user_error_message(train, args, capsys)
 
 
-def test_reproduce_quick_writes_a_judged_record(tmp_path):
+def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
+    import gzip
+
+    from dual_dgo import claim
+
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
     outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert record["project"] == "dual-reference-dgo" and record["quick"]
-    assert record["verdict"] == outcome["verdict"]
+    assert record["protocol"] == 3 and record["verdict"] == outcome["verdict"]
     assert {c["role"] for c in record["controls"]} == {"negative", "positive"}
+    assert {c["kind"] for c in record["controls"]} == {"negative", "oracle"}
     assert {"dual", "single_reference", "fixed_prior", "exact_partition", "oracle_router"} <= set(
         record["metrics"]
     )
@@ -180,6 +186,23 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
         for name in ("dual", "sft", "always_fast", "always_slow")
     }
     assert len(set(np.round(list(rates.values()), 6))) == 4, rates
+    # both matched-token rules, the image ablation, the grid edges and the runner's jobs
+    for metric in ("gain_vs_single_reference", "gain_vs_single_reference_random"):
+        assert np.isfinite(record["metrics"]["dual"][metric]["mean"])
+    for how in ("zeroed", "shuffled"):
+        assert 0 <= record["metrics"]["dual"][f"{how}_image_accuracy"]["mean"] <= 1
+    assert record["evidence"]["tuning_edges"]["dual"]["at_edge"] is None  # a grid of one
+    assert record["jobs"]["jobs"] > 0
+    if record["verdict"] not in ("held", "held, not replicated"):
+        assert record["diagnosis"] and "error" not in record["diagnosis"]
+    # the per-prompt arrays: every trained subject's, enough to redo the matched-token analysis
+    with gzip.open(tmp_path / "per_prompt.json.gz", "rt") as handle:
+        arrays = json.load(handle)["registered"]["seeds"]["0"]
+    n_test = len(arrays["dual"]["test"]["p_fast"])
+    assert n_test == 32 and {"sft", "rft", "warm_start", "dual_swapped"} <= set(arrays)
+    keys = {"p_fast", "fast_correct", "slow_correct", "fast_tokens", "slow_tokens", "difficulty"}
+    assert set(arrays["single_reference"]["test"]) == keys
+    assert set(arrays["dual"]) == {"val", "test", "test_zeroed", "test_shuffled"}
 
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):

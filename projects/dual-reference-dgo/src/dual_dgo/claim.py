@@ -71,7 +71,10 @@ from papers_eval.record import git_revision
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
 SLUG = "dual-reference-dgo"
-RUNS = PROJECT.parents[1] / "runs" / SLUG  # the job cache and the warm starts (git-ignored)
+JOBS_DIR = PROJECT.parents[1] / "runs" / SLUG / "jobs"  # the runner's cache (git-ignored)
+# Files that jobs read (warm starts, the warm start's fast-response file), named by the warm
+# start's cache key; spawned workers find them here, wherever the cache is.
+INPUTS_DIR = PROJECT.parents[1] / "runs" / SLUG / "inputs"
 TRAINED = get_args(Objective)  # every objective of the module is a trained subject
 SUBJECTS = (*TRAINED, "oracle_router", "warm_start")
 AGAINST = ("single_reference", "sft", "rft")
@@ -107,12 +110,12 @@ def _flags(settings: Mapping[str, Any]) -> list[str]:
 
 def warm_checkpoint(warm: str) -> Path:
     """Where the warm start of cache key ``warm`` (its first 16 hex digits) lies."""
-    return RUNS / "inputs" / f"warm-{warm}.ckpt"
+    return INPUTS_DIR / f"warm-{warm}.ckpt"
 
 
 def warm_fast_folder(warm: str) -> Path:
     """The offline file whose fast responses the warm start ``warm`` sampled."""
-    return RUNS / "inputs" / f"warm-fast-{warm}"
+    return INPUTS_DIR / f"warm-fast-{warm}"
 
 
 def fit_job(
@@ -348,6 +351,7 @@ class Experiment:
         self.settings, self.options, self.revision = settings, options, revision
         self.results: list[JobResult] = []  # every fit, for the record's per-job times
         self.done: dict[Job, JobResult] = {}
+        self.rewritten: set[str] = set()  # warm starts trained in this run (files rewritten)
 
     def run(self, jobs: list[Job]) -> None:
         """Run (or load from the cache) the jobs not yet done, in one batch of the runner."""
@@ -358,7 +362,7 @@ class Experiment:
             claim_job,
             todo,
             settings=self.settings,
-            cache_dir=RUNS / "jobs",
+            cache_dir=JOBS_DIR,
             revision=self.revision,
             label=SLUG,
             **self.options,
@@ -380,7 +384,10 @@ class Experiment:
             result = self.done[job]
             name = result.key[:16]
             path = warm_checkpoint(name)
-            if not path.is_file():
+            # A warm start trained now replaces its file: under a +dirty revision the key cannot
+            # tell one uncommitted edit from the next (--fresh reruns it).
+            if not result.cached or not path.is_file():
+                self.rewritten.add(name)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 partial = path.with_suffix(".partial")
                 partial.write_bytes(result.value["checkpoint"])
@@ -393,7 +400,7 @@ class Experiment:
         start); returns the fast accuracy per digit count it logged, per split."""
         folder = warm_fast_folder(warm)
         summary = folder / "behaviour.json"
-        if not summary.is_file():
+        if warm in self.rewritten or not summary.is_file():
             data = DualDgoDataModule(
                 **{k.removeprefix("data."): v for k, v in self.settings["data"].items()}
             )
