@@ -55,7 +55,7 @@ def test_grid_edges_flag_a_choice_at_either_end_and_say_nothing_for_short_grids(
         "dual": [{"beta": b} for b in (0.02, 0.05, 0.1, 0.2, 0.5)],
         "single_reference": [{"beta": b} for b in (0.02, 0.05, 0.1, 0.2, 0.5)],
         "fixed_prior": [{"beta": 0.1}],
-        "oracle_router": [{"threshold": t} for t in range(1, 10)],
+        "oracle_router": [{"threshold": t} for t in range(1, 6)],
     }
     best = {
         "dual": {"beta": 0.1},

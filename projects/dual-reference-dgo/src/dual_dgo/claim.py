@@ -81,8 +81,9 @@ AGAINST = ("single_reference", "sft", "rft")
 PAIR = ("dual", "single_reference")  # the subjects of the count swap and the reported ablations
 ABLATIONS = ("zeroed", "shuffled")  # the image ablation
 K_MAX = 8
-# The grids whose edges are checked: the oracle's thresholds 1..9 span every routing (1 is
-# always slow, 9 always fast), so an edge there is an answer, not a grid that stopped short.
+# The grids whose edges are checked: the oracle's thresholds 1..5 end at "always slow" (1) and
+# at 5 digits, past the fast policy's chance level (0.02 from 3 digits on); the betas have no
+# such natural ends.
 EDGE_CHECKED = ("beta",)
 METRICS = (
     "fast_rate",
