@@ -691,7 +691,7 @@ def diagnose(record: dict[str, Any], *, spec, judgements) -> list:
 
     def add(cause: str, summary: str, *pairs: tuple[str, str]) -> None:
         usable = cites(*pairs)
-        if usable:
+        if usable and all(f.summary != summary for f in findings):  # once for both seed sets
             findings.append(finding(cause, summary, *usable))
 
     for check in spec.preconditions:
@@ -703,23 +703,29 @@ def diagnose(record: dict[str, Any], *, spec, judgements) -> list:
                 (f"metrics.{check.subject}.{check.metric}.mean", f"{check.subject} {check.metric}"),
             )
     for control in spec.judged_controls:
-        for name in control.checks:
-            check = spec.check(name)
-            passed = [j.outcomes[control.name][name].passed for j in judgements]
-            path = f"metrics.{control.name}.{check.metric}.mean"
-            if control.role == "positive" and not all(passed):
+        for judgement in judgements:
+            passed = {
+                name: judgement.outcomes[control.name][name].passed for name in control.checks
+            }
+            metric_cites = [
+                (f"metrics.{control.name}.{spec.check(name).metric}.mean", f"{control.name} {name}")
+                for name in control.checks
+            ]
+            if control.role == "negative" and all(passed.values()):
                 add(
                     "check",
-                    f"positive control {control.name} ({control.kind}) fails {name}: the bar is "
-                    "beyond what its privileged information reaches in this miniature",
-                    (path, f"{control.name} {check.metric}"),
+                    f"negative control {control.name} passes every check it is judged on: the "
+                    "checks do not need the mechanism",
+                    *metric_cites,
                 )
-            if control.role == "negative" and all(passed):
-                add(
-                    "check",
-                    f"negative control {control.name} passes {name}: the bar is too lenient",
-                    (path, f"{control.name} {check.metric}"),
-                )
+            for (name, ok), cite in zip(passed.items(), metric_cites, strict=True):
+                if control.role == "positive" and not ok:
+                    add(
+                        "check",
+                        f"positive control {control.name} ({control.kind}) fails {name}: the "
+                        "bar is beyond what its privileged information reaches in this miniature",
+                        cite,
+                    )
     budget = record.get("budget") or {}
     for check in failed_checks(spec, judgements):
         own = (f"metrics.{method}.{check.metric}.mean", f"{method} {check.metric}")
