@@ -71,3 +71,65 @@ def test_grid_edges_flag_a_choice_at_either_end_and_say_nothing_for_short_grids(
     assert edges["fixed_prior"]["at_edge"] is None
     assert (edges["single_reference"]["low"], edges["single_reference"]["high"]) == (0.02, 0.5)
     assert np.isclose(edges["single_reference"]["chosen"], 0.02)
+
+
+def judgement_stub(spec, method_fails=(), control_fails=()):
+    """What ``diagnose`` reads of a judgement: every check passed except the named ones; the
+    negative control fails its first check (it behaved)."""
+    from types import SimpleNamespace
+
+    subjects = [spec.method, *(c.name for c in spec.judged_controls)]
+    outcomes = {s: {c.name: SimpleNamespace(passed=True) for c in spec.checks} for s in subjects}
+    for name in method_fails:
+        outcomes[spec.method][name].passed = False
+    for subject, name in control_fails:
+        outcomes[subject][name].passed = False
+    outcomes["fixed_prior"]["keeps_fast_mode"].passed = False
+    preconditions = {c.name: SimpleNamespace(passed=True) for c in spec.preconditions}
+    return SimpleNamespace(outcomes=outcomes, preconditions=preconditions)
+
+
+def record_stub(spec, **means):
+    metrics = {s: {m: {"mean": 0.5} for m in claim.METRICS} for s in claim.SUBJECTS}
+    for path, value in means.items():
+        subject, metric = path.split("/")
+        metrics[subject][metric]["mean"] = value
+    edges = {"single_reference": {"param": "beta", "chosen": 0.1, "at_edge": False}}
+    return {"verdict": "did not hold", "metrics": metrics, "budget": None,
+            "evidence": {"tuning_edges": edges}}  # fmt: skip
+
+
+def test_the_diagnosis_names_the_cause_a_failed_gain_check_has():
+    from papers_eval import load_claim_spec
+
+    spec = load_claim_spec(claim.CLAIM_FILE, subjects=claim.SUBJECTS, metrics=claim.METRICS,
+                           quick=True)  # fmt: skip
+    failing = judgement_stub(spec, method_fails=["beats_single_reference_at_matched_tokens"])
+    # routing by the true digit count does not clear the margin either: the check decides
+    record = record_stub(spec, **{"oracle_router/gain_vs_single_reference": 0.01})
+    (only,) = claim.diagnose(record, spec=spec, judgements=[failing])
+    assert only.cause == "check" and "true digit count" in only.summary
+    assert {c.path for c in only.evidence} == {
+        "metrics.dual.gain_vs_single_reference.mean",
+        "metrics.oracle_router.gain_vs_single_reference.mean",
+    }
+    # the oracle clears it, the blind switch flatters the rival: the gain was the operating point
+    record = record_stub(spec, **{"oracle_router/gain_vs_single_reference": 0.1,
+                                  "dual/gain_vs_single_reference_random": 0.09})  # fmt: skip
+    (only,) = claim.diagnose(record, spec=spec, judgements=[failing])
+    assert only.cause == "idea" and "operating point" in only.summary
+    # neither: undetermined; and a rival's beta at its grid's edge is a finding of its own
+    record = record_stub(spec, **{"oracle_router/gain_vs_single_reference": 0.1,
+                                  "dual/gain_vs_single_reference_random": 0.0})  # fmt: skip
+    record["evidence"]["tuning_edges"]["single_reference"]["at_edge"] = True
+    causes = [f.cause for f in claim.diagnose(record, spec=spec, judgements=[failing])]
+    assert causes == ["undetermined", "check"]
+    # a positive control that fails, or a negative one that passes everything, is named
+    misbehaved = judgement_stub(spec, control_fails=[("exact_partition", "routes_by_difficulty")])
+    misbehaved.outcomes["fixed_prior"]["keeps_fast_mode"].passed = True
+    summaries = [f.summary for f in claim.diagnose(record_stub(spec), spec=spec,
+                                                   judgements=[misbehaved])]  # fmt: skip
+    assert any("exact_partition (oracle) fails routes_by_difficulty" in s for s in summaries)
+    assert any("fixed_prior passes every check" in s for s in summaries)
+    held = record_stub(spec) | {"verdict": "held"}
+    assert claim.diagnose(held, spec=spec, judgements=[failing]) == []
