@@ -61,8 +61,11 @@ class MonotonePreferencesModule(LightningModule):
         layers: PositiveInt = 2,
         lr: PositiveFloat = 0.01,
     ) -> None:
+        arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
-        self.save_hyperparameters()
+        # Given explicitly rather than read from the caller's frame: the mutation lane wraps
+        # __init__ in a trampoline, and the frame Lightning would inspect is then the wrapper's.
+        self.save_hyperparameters(arguments)
         self.fitted: Any = None
         self.net = MonotoneNetwork(in_features, hidden, layers)
         # target scaling for the network, fixed from the training split at fit start
