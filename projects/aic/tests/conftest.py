@@ -1,12 +1,17 @@
 import pytest
 import torch
 
+from aic import claim
+
 
 @pytest.fixture(autouse=True)
 def two_threads(tmp_path, monkeypatch):
-    """Tests run on 2 cores; generated data are cached in the test's own folder."""
+    """Tests run on 2 cores; generated data and the claim's finished jobs are cached in the
+    test's own folder, so a test never reads a result an earlier run (or an earlier version of
+    the code) left."""
     torch.set_num_threads(2)
     monkeypatch.setenv("PAPERS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
 
 
 @pytest.fixture

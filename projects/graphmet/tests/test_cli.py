@@ -102,7 +102,11 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected
     assert expected in user_error_message(train, [*tiny_args, *flags], capsys)
 
 
-def test_reproduce_quick_writes_a_judged_record(tmp_path):
+def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
+    from graphmet import claim
+
+    # a cache of its own: under a dirty revision the project's cache could hold older code's runs
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
     outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert record["project"] == "graphmet" and record["quick"]
@@ -123,6 +127,7 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
         assert ensemble["crps"] > 0 and ensemble["spread_skill"] >= 0
     for name in ("claim.md", "rmse_vs_lead.png", "activity_vs_lead.png", "r_hi_vs_lead.png"):
         assert (tmp_path / name).is_file(), name
+    assert record["jobs"]["per_stage"]["tune"]["ran"] == len(claim.TRAINED)  # one lr each
 
 
 def test_reference_forecasts_are_scored_on_the_seed_s_own_data():

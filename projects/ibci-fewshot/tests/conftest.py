@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from ibci_fewshot import claim
+
 # A miniature of the miniature: 3 held-in sessions (the last is the validation session) and 2
 # held-out ones, short budgets. Seconds per fit.
 TINY_DATA = [
@@ -22,10 +24,14 @@ def shared_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def one_thread(shared_cache, monkeypatch):
-    """Tests run with one torch thread; the simulated NWB files are cached once per session."""
+def one_thread(shared_cache, tmp_path, monkeypatch):
+    """Tests run with one torch thread; the simulated NWB files are cached once per session.
+    The claim's finished jobs are cached in the test's own folder, so a test never reads a
+    result an earlier run (or an earlier version of the code) left; its trained backbones
+    (content-addressed) stay in runs/ibci-fewshot/inputs."""
     torch.set_num_threads(1)
     monkeypatch.setenv("PAPERS_CACHE_DIR", str(shared_cache))
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lrrf import orders
+from lrrf import claim, orders
 from lrrf.claim import run_claim_experiment
 from lrrf.cli import train
 from lrrf.model import LrrfModule
@@ -147,7 +147,9 @@ def test_missing_real_data_exit_2_naming_the_files(tiny_args, tmp_path, capsys):
     assert "train-images-idx3-ubyte" in user_error_message(train, args, capsys)
 
 
-def test_reproduce_quick_writes_a_judged_record(tmp_path):
+def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
+    # a cache of its own: under a dirty revision the project's cache could hold older code's runs
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
     outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert record["project"] == "lrrf" and record["quick"]
@@ -156,9 +158,13 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert "lrrf" in record["metrics"] and "joint_at" in record["metrics"]
     assert (tmp_path / "claim.md").is_file() and (tmp_path / "r_matrices.png").is_file()
     assert "precondition" in outcome["evidence"]
+    assert record["jobs"]["ran"] == record["jobs"]["jobs"] > 0
 
 
-def test_the_second_order_run_trains_l1_first_and_its_aa_is_the_last_row_of_r(tmp_path):
+def test_the_second_order_run_trains_l1_first_and_its_aa_is_the_last_row_of_r(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")  # a cache of its own, as above
     record = orders.main(["--quick", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "second_order.json").read_text())["tasks"] == record["tasks"]
     assert record["tasks"] == ["l1", "l2", "fgsm", "linf"]
@@ -172,8 +178,6 @@ def test_the_second_order_run_trains_l1_first_and_its_aa_is_the_last_row_of_r(tm
 
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):
-    from lrrf import claim
-
     bad = tmp_path / "claim.yaml"
     bad.write_text((PROJECT / "configs" / "claim.yaml").read_text().replace("[0, 1, 2]", "[0]"))
     monkeypatch.setattr(claim, "CLAIM_FILE", bad)

@@ -145,7 +145,7 @@ def test_quick_run_is_the_same_with_one_or_two_workers_and_then_cached(tmp_path,
     two = claim.run_claim_experiment(
         ["--quick", "--jobs", "2", "--fresh", "--out", str(tmp_path / "2")]
     )
-    again = claim.run_claim_experiment(["--quick", "--out", str(tmp_path / "3")])
+    claim.run_claim_experiment(["--quick", "--out", str(tmp_path / "3")])
     for subject, metrics in one["results"].items():
         for metric, values in metrics.items():
             for a, b in zip(values, two["results"][subject][metric], strict=True):

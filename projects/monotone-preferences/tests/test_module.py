@@ -44,6 +44,35 @@ def test_the_module_builds_the_configured_estimator():
                       IsotonicRegressor)  # fmt: skip
 
 
+def test_the_default_module_is_the_documented_one():
+    """`uv run train`'s model: configs/default.yaml sets estimator, folds and rule; the rest are
+    these defaults (the README's network: 2 hidden layers of 32, Adam at 0.01; Eq. 6 beta 1)."""
+    module = MonotonePreferencesModule(in_features=3)
+    assert dict(module.hparams) == {
+        "in_features": 3, "estimator": "robust", "folds": 5, "rule": "select", "beta": 1.0,
+        "hidden": 32, "layers": 2, "lr": 0.01,
+    }  # fmt: skip
+    shapes = [tuple(w.shape) for w in module.net.raw_weights]
+    assert shapes == [(32, 3), (32, 32), (1, 32)]
+    deeper = MonotonePreferencesModule(in_features=3, hidden=4, layers=3)
+    assert [tuple(w.shape) for w in deeper.net.raw_weights] == [(4, 3), (4, 4), (4, 4), (1, 4)]
+    assert module.y_shift.dtype == module.y_scale.dtype == torch.float64  # targets stay double
+
+
+def test_the_network_loss_is_the_mse_of_the_standardised_target_by_hand():
+    module = MonotonePreferencesModule(estimator="monotone_net", in_features=2)
+    module.y_shift.fill_(1.5)
+    module.y_scale.fill_(4.0)
+    x = torch.rand(6, 2, dtype=torch.float64)
+    y = torch.tensor([0.0, 1.0, 2.0, 3.0, 9.0, -2.0], dtype=torch.float64)
+    with pytest.warns(UserWarning, match="self.log"):  # no trainer attached: the log is skipped
+        loss = module.training_step((x, y, torch.full((6,), torch.nan)), 0)
+    with torch.no_grad():
+        expected = ((module.net(x.float()) - ((y - 1.5) / 4.0).float()) ** 2).mean()
+    torch.testing.assert_close(loss.detach(), expected)
+    assert loss.requires_grad  # Adam steps on it
+
+
 def test_closed_form_estimators_take_no_optimizer_and_the_network_takes_adam():
     closed = MonotonePreferencesModule(estimator="robust")
     assert closed.automatic_optimization is False and closed.configure_optimizers() is None
@@ -69,6 +98,8 @@ def test_the_fit_is_one_closed_form_fit_on_the_training_split(tmp_path):
     assert metrics["fit/weight_linear"] == reference.weights_["linear"]
     for name, loss in reference.cv_losses_.items():
         assert metrics[f"fit/cv_loss_{name}"].item() == pytest.approx(loss, rel=1e-6)
+    # the network's target scaling is left alone by a closed-form fit
+    assert (module.y_shift.item(), module.y_scale.item()) == (0.0, 1.0)
     x_val, y_val, _ = (t.numpy() for t in datamodule.val_set.tensors)
     val = np.mean((reference.predict(x_val) - y_val) ** 2)
     assert metrics["val/mse"].item() == pytest.approx(val, rel=1e-5)
@@ -76,7 +107,9 @@ def test_the_fit_is_one_closed_form_fit_on_the_training_split(tmp_path):
 
 def test_the_network_standardises_its_target_and_predicts_on_the_original_scale(tmp_path):
     module, datamodule = MonotonePreferencesModule(estimator="monotone_net"), data()
-    trainer(tmp_path, max_epochs=1).fit(module, datamodule)
+    run = trainer(tmp_path, max_epochs=1)
+    run.fit(module, datamodule)
+    assert run.global_step == 3 and "train/loss" in run.callback_metrics  # 120 rows / 40
     y = datamodule.train_set.tensors[1]
     assert module.y_shift.item() == pytest.approx(y.mean().item())
     assert module.y_scale.item() == pytest.approx(y.std().item())

@@ -1,5 +1,6 @@
 """The claim experiment: the --quick pipeline (fast lane) and the full run (slow)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,10 @@ from rlawm.claim import SUBJECTS, run_claim_experiment
 PROJECT = Path(__file__).resolve().parents[1]
 
 
-def test_reproduce_quick_writes_a_judged_record(tmp_path):
+def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
+    # a cache of its own: under a dirty revision the project's cache could hold older code's runs
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
+    monkeypatch.setattr(claim, "INPUTS_DIR", tmp_path / "inputs")
     outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert record["project"] == "rla-wm" and record["quick"]
@@ -37,6 +41,10 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert len(details["ablations_seed0"]) == 4
     for name in ("claim.md", "uses_and_ablations.png", "details.json"):
         assert (tmp_path / name).is_file()
+    # what later jobs read, by digest: the world, the tuned RLA-WM and regression models
+    stored = sorted(path.name.split("-")[0] for path in (tmp_path / "inputs").iterdir())
+    assert stored == ["model", "model", "world"]
+    assert record["jobs"]["per_stage"]["tune"]["ran"] == len(claim.TRAINED)
 
 
 def test_a_bad_claim_file_stops_before_any_world_is_built(tmp_path, monkeypatch):
@@ -57,3 +65,36 @@ def test_the_claim_run_judges_method_and_controls(tmp_path):
     if record["verdict"] != "not shown":
         assert record["verdict"] == ("held" if method_passed else "did not hold")
     assert outcome["verdict"] == record["verdict"]
+
+
+@pytest.mark.slow  # 2-3 minutes: two quick claim runs and a cached one
+def test_two_workers_give_the_record_of_one_and_a_rerun_comes_from_the_cache(tmp_path, monkeypatch):
+    """``--jobs 2`` (spawned workers, one torch thread each) gives the results of ``--jobs 1``,
+    wall times aside; a third run loads every job from the runner's cache. The worlds and models
+    stay in the project's runs/rla-wm/inputs: the workers find them there by digest."""
+    monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
+    outcomes, records = [], []
+    for name, flags in (("two", ["--jobs", "2"]), ("one", ["--jobs", "1", "--fresh"]),
+                        ("cached", ["--jobs", "2"])):  # fmt: skip
+        outcomes.append(run_claim_experiment(["--quick", *flags, "--out", str(tmp_path / name)]))
+        records.append(load_claim(tmp_path / name / "claim.json"))
+    two, one, cached = records
+    assert two["jobs"]["ran"] == one["jobs"]["ran"] == two["jobs"]["jobs"] > 0
+    assert cached["jobs"]["cached"] == cached["jobs"]["jobs"] == two["jobs"]["jobs"]
+    for record, outcome in ((two, outcomes[0]), (cached, outcomes[2])):
+        assert without_wall_times(record, outcome) == without_wall_times(one, outcomes[1])
+
+
+def without_wall_times(record: dict, outcome: dict) -> str:
+    """The record's and details' results as JSON, without what measures time."""
+    metrics = {
+        subject: {k: v for k, v in values.items() if k != "wall_ms_per_frame"}
+        for subject, values in record["metrics"].items()
+    }
+    details = {
+        k: v
+        for k, v in outcome["details"].items()
+        if k not in ("timings", "train_s", "wall_ms_per_frame")
+    }
+    results = [metrics, record["evidence"], record["tuning"], record["outcomes"], details]
+    return json.dumps(results, sort_keys=True, default=float)

@@ -25,7 +25,7 @@ if len(sys.argv) > 5:
     settings["env_id"] = sys.argv[5]
 task = get_task(settings["task"], settings.get("env_id"))
 start = time.perf_counter()
-p = Pair(task, seed, settings)
+p = Pair.train(task, seed, settings)
 print(f"seed {seed} epochs {epochs} n_train {n_train} episodes {episodes}: ", end="")
 print(f"trained in {p.train_s:.0f} s")
 fixed = p.run("test", "fixed_k")["episode_return"]

@@ -25,6 +25,11 @@ measured and recorded; a failed precondition is written into the record's headli
 
 FLOPs are analytic (``core.count_flops`` + ``core.flops_per_decision``): fixed K pays the encoder,
 K core steps and ONE readout; a halting-head rule pays its head at every step it runs.
+
+The trainings (AIC and the fixed network, per seed) are the jobs of the shared job runner
+(``papers_eval.jobs``): ``--jobs`` worker processes of one torch thread each, finished fits
+cached under runs/aic/jobs. The rollouts and the evidence are computed here from the fitted
+weights, in the order they always were (random halting draws from one generator per seed).
 """
 
 from __future__ import annotations
@@ -58,8 +63,12 @@ from aic.protocol import addition_control, removal_curve, validity  # noqa: E402
 from aic.tasks import Task, get_task  # noqa: E402
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
+from papers_eval.jobs import Job, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval.record import git_revision  # noqa: E402
 
-CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+PROJECT = project_dir_of(__file__)
+CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "aic" / "jobs"
 SUBJECTS = (
     "aic",
     "fixed_k",
@@ -82,21 +91,24 @@ VAL_EPISODES, TEST_EPISODES = 20_000, 30_000  # episode seeds, disjoint from tra
 
 
 class Pair:
-    """AIC and its fixed counterpart trained on one seed, with every halting rule built on the
-    AIC backbone; rollouts are cached by (split, rule, parameter)."""
+    """AIC and its fixed counterpart trained on one seed (``fit_policy``'s results), with every
+    halting rule built on the AIC backbone; rollouts are cached by (split, rule, parameter)."""
 
-    def __init__(self, task: Task, seed: int, settings: dict[str, Any], with_fixed: bool = True):
+    def __init__(
+        self,
+        task: Task,
+        seed: int,
+        settings: dict[str, Any],
+        aic: dict[str, Any],
+        fixed: dict[str, Any] | None = None,
+    ):
         self.task, self.seed, self.settings = task, seed, settings
-        start = time.perf_counter()
-        snapshot = InitialWeights()
-        cli = fit(task, seed, settings, "aic", callbacks=[snapshot])
-        self.initial = snapshot.state
-        self.aic: AICPolicy = cli.model.policy.eval()
-        self.data: AicDataModule = cli.datamodule
-        self.fixed: AICPolicy | None = (
-            fit(task, seed, settings, "fixed").model.policy.eval() if with_fixed else None
-        )
-        self.train_s = time.perf_counter() - start
+        self.initial = aic["initial"]
+        self.aic: AICPolicy = rebuild_policy(aic)
+        self.data = AicDataModule(**aic["data"])
+        self.data.setup()  # the arrays the fit generated (cached on disk by their config)
+        self.fixed: AICPolicy | None = rebuild_policy(fixed) if fixed is not None else None
+        self.train_s = aic["train_s"] + (fixed["train_s"] if fixed is not None else 0.0)
         self.k_max = self.aic.k_max
         val_obs = torch.from_numpy(self.data.val_arrays["obs"])
         self.flops = count_flops(self.aic, val_obs)
@@ -110,6 +122,15 @@ class Pair:
         self.units: dict[tuple, baselines.HaltingUnit] = {}
         self.cache: dict[tuple, dict] = {}
         self.generator = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def train(
+        cls, task: Task, seed: int, settings: dict[str, Any], with_fixed: bool = True
+    ) -> Pair:
+        """Train the pair in this process (the ablations and pilots; the claim uses jobs)."""
+        aic = fit_policy(task, seed, settings, "aic")
+        fixed = fit_policy(task, seed, settings, "fixed") if with_fixed else None
+        return cls(task, seed, settings, aic, fixed)
 
     def unit(self, kind: str, value: float) -> baselines.HaltingUnit:
         """A PonderNet / ACT halting unit fitted on AIC's frozen training-state features."""
@@ -233,6 +254,43 @@ def fit(task: Task, seed: int, settings: dict[str, Any], mode: str, callbacks=()
     )
 
 
+def fit_policy(task: Task, seed: int, settings: dict[str, Any], mode: str) -> dict[str, Any]:
+    """Train one network (``mode`` "aic" or "fixed") and return what rebuilds it (plain,
+    picklable): the module's and the data's constructor arguments, the policy's weights before
+    and after training, and the training time."""
+    start = time.perf_counter()
+    snapshot = InitialWeights()
+    cli = fit(task, seed, settings, mode, callbacks=[snapshot])
+    return {
+        "model": constructor_args(cli.model.hparams),
+        "data": constructor_args(cli.datamodule.hparams),
+        "policy": cli.model.policy.state_dict(),
+        "initial": snapshot.state,
+        "train_s": time.perf_counter() - start,
+    }
+
+
+def constructor_args(hparams) -> dict[str, Any]:
+    """LightningCLI adds private keys (``_instantiator``) to saved hyper-parameters."""
+    return {k: v for k, v in dict(hparams).items() if not k.startswith("_")}
+
+
+def rebuild_policy(fitted: dict[str, Any]) -> AICPolicy:
+    module = AicModule(**fitted["model"])
+    module.policy.load_state_dict(fitted["policy"])
+    return module.policy.eval()
+
+
+FIT_MODE = {"aic": "aic", "fixed_k": "fixed"}  # the trained subjects and their model.mode
+
+
+def fit_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """One training of the claim (top level: worker processes import it by name): the subject
+    ``aic`` or ``fixed_k`` (the fixed network) on ``job.seed``."""
+    task = get_task(settings["task"], settings.get("env_id"))
+    return fit_policy(task, job.seed, settings, FIT_MODE[job.subject])
+
+
 KNOB = {
     "aic": "price",
     "pondernet": "prior",
@@ -255,16 +313,26 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         seeds=seeds,
         allow_dirty=args.allow_dirty,
     )
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # the rollouts here: one thread, as in the jobs
     start = time.perf_counter()
     settings = dict(spec.settings)
     task = get_task(settings["task"], settings.get("env_id"))
+    fits = [Job(subject, seed, {}, "fit") for seed in spec.seeds for subject in FIT_MODE]
+    trained = run_jobs(
+        fit_job,
+        fits,
+        settings=settings,
+        cache_dir=JOBS_DIR,
+        revision=git_revision(PROJECT),
+        label="aic",
+        **runner_options(args, default_workers=2),
+    )
+    fitted = {(r.job.subject, r.job.seed): r.value for r in trained}
     pairs: dict[int, Pair] = {}
 
     def pair(seed: int) -> Pair:
         if seed not in pairs:
-            pairs[seed] = Pair(task, seed, settings)
-            print(f"[aic] seed {seed}: trained in {pairs[seed].train_s:.0f} s", flush=True)
+            pairs[seed] = Pair(task, seed, settings, fitted["aic", seed], fitted["fixed_k", seed])
         return pairs[seed]
 
     def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
@@ -335,6 +403,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         headline=f"{pre_text}; AIC at price {chosen['aic']}",
         notes=" ".join(notes),
         figures=["frontier.png"],
+        jobs=summarise_jobs(trained),
     )
     return {"verdict": judgement.verdict, "results": results, "precondition": precondition}
 

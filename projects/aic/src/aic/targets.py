@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in args.seeds:
             variant = copy.deepcopy(settings)
             variant["budget"].update(overrides)
-            pair = Pair(task, seed, variant, with_fixed=False)
+            pair = Pair.train(task, seed, variant, with_fixed=False)
             for price in args.prices:
                 measured[target][price].append(measure(pair, price))
             print(f"[targets] {target} seed {seed}: trained in {pair.train_s:.0f} s", flush=True)

@@ -15,18 +15,19 @@ data, the initialisation and the batch order):
   where one linear step per Fourier mode is the exact dynamics.
 
 Every trained subject gets the same learning-rate grid on the validation split (first seed);
-the other seeds rerun the chosen setting. Trainings run in ``settings.workers`` processes with
-one thread each (the miniature's ops are small: two single-thread processes beat one
-two-thread process on 2 cores). Checked metrics are per-test-window differences to the GNN-4
-trained on the same data and seed (see configs/claim.yaml); papers_eval computes the verdict.
+the other seeds rerun the chosen setting. Every training is a job of the shared runner
+(``papers_eval.jobs``): ``--jobs`` worker processes (default ``settings.workers``) with one
+thread each (the miniature's ops are small: two single-thread processes beat one two-thread
+process on 2 cores), finished trainings cached under runs/graphmet/jobs. Checked metrics are
+per-test-window differences to the GNN-4 trained on the same data and seed (see
+configs/claim.yaml); papers_eval computes the verdict.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,13 @@ from graphmet.metrics import crps_ensemble, isotropic_spectrum, spread_skill, we
 from graphmet.model import GraphmetModule, build_model
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, line_plot, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.record import git_revision
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
 CONFIGS = PROJECT / "configs"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "graphmet" / "jobs"  # the shared runner's cache
 
 # subject -> (dataset, model overrides); persistence and climatology are not trained.
 TRAINED = {
@@ -82,13 +86,13 @@ METRICS = (
     "seconds_per_step_member",
     "val_rmse",
 )
-CPU_THREADS = 1
+CPU_THREADS = 1  # torch threads of every training job and of the reproduce process
 
 
 # ----------------------------------------------------------------------------- one training
 
 
-def data_overrides(dataset: str, settings: dict) -> list[str]:
+def data_overrides(dataset: str, settings: Mapping) -> list[str]:
     """Config files and data.* flags of one dataset (``kolmo`` or ``advect``)."""
     files = [f"--config={CONFIGS / 'default.yaml'}"]
     extra = settings.get("data") or {}
@@ -117,11 +121,11 @@ def datamodule(dataset: str, seed: int, settings: dict) -> GraphmetDataModule:
     return cli.datamodule
 
 
-def train_and_score(job: dict[str, Any]) -> dict[str, Any]:
-    """Fit one subject with one setting on one seed through the real CLI, then score it on the
-    validation and test windows. Runs in a worker process; returns numpy arrays only."""
-    torch.set_num_threads(CPU_THREADS)
-    subject, params, seed, settings = job["subject"], job["params"], job["seed"], job["settings"]
+def train_and_score(job: Job, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Fit one subject with one setting (``job.params``) on one seed through the real CLI, then
+    score it on the validation and test windows. A top-level function: the shared runner's
+    worker processes import it by name; returns numpy arrays only."""
+    subject, params, seed = job.subject, job.params, job.seed
     dataset, model_flags = TRAINED[subject]
     flags = {**model_flags, **params}
     if subject == "gnn4_spectral":
@@ -336,15 +340,6 @@ def subject_metrics(
 # ----------------------------------------------------------------------------- the experiment
 
 
-def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
-    """Run ``train_and_score`` over jobs, in ``workers`` spawned processes when > 1."""
-    if workers <= 1:
-        return [train_and_score(job) for job in jobs]
-    context = multiprocessing.get_context("spawn")  # forking after torch started can hang
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(train_and_score, jobs))
-
-
 def _key(subject: str, params: dict, seed: int) -> str:
     return json.dumps([subject, params, seed], sort_keys=True)
 
@@ -357,7 +352,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     settings = dict(spec.settings)
-    workers = int(settings.get("workers", 1))
+    options = runner_options(args, default_workers=int(settings.get("workers", 1)))
     # Simulate (and cache) every seed's data once, before any worker needs it.
     data = {
         (dataset, seed): datamodule(dataset, seed, settings)
@@ -367,34 +362,34 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     trained = [s for s in TRAINED if s in spec.subjects]  # those configs/claim.yaml runs
     grids = {s: spec.tuning["per_subject"][s]["model.lr"] for s in trained}
     runs: dict[str, dict] = {}
+    jobs: list[JobResult] = []  # every training run or loaded from the cache, for the record
 
-    def launch(jobs):
+    def launch(todo: list[Job]) -> None:
         # The slowest (GNN-4) first, so the workers finish together.
-        jobs = sorted(jobs, key=lambda j: "gnn4" not in j["subject"])
-        for job, out in zip(jobs, run_jobs(jobs, workers), strict=True):
-            runs[_key(job["subject"], job["params"], job["seed"])] = out
+        todo = sorted(todo, key=lambda j: "gnn4" not in j.subject)
+        done = run_jobs(
+            train_and_score,
+            todo,
+            settings=settings,
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT),
+            label="graphmet",
+            threads=CPU_THREADS,
+            **options,
+        )
+        for result in done:
+            runs[_key(result.job.subject, result.job.params, result.job.seed)] = result.value
+        jobs.extend(done)
 
     first = spec.seeds[0]
-    launch(
-        [
-            {"subject": s, "params": {"model.lr": lr}, "seed": first, "settings": settings}
-            for s in trained
-            for lr in grids[s]
-        ]
-    )
+    launch([Job(s, first, {"model.lr": lr}, "tune") for s in trained for lr in grids[s]])
 
     def validation_rmse(subject: str, params: dict, seed: int) -> float:
         sq_err = runs[_key(subject, params, seed)]["val"]["sq_err"]
         return float(np.sqrt(sq_err[:, : settings["val_leads"]].mean()))
 
     tuning = tune(spec, validation_rmse)
-    launch(
-        [
-            {"subject": s, "params": tuning.best[s], "seed": seed, "settings": settings}
-            for seed in spec.seeds[1:]
-            for s in trained
-        ]
-    )
+    launch([Job(s, seed, tuning.best[s], "test") for seed in spec.seeds[1:] for s in trained])
 
     chosen: dict[tuple[str, int], dict] = {}
     horizon: dict[str, dict[int, int]] = {"kolmo": {}, "advect": {}}
@@ -449,6 +444,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             + _ensemble_note(evidence)
         ),
         figures=figures,
+        jobs=summarise_jobs(jobs),
     )
     return {"verdict": judgement.verdict, "results": results, "evidence": evidence}
 

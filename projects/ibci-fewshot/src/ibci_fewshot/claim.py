@@ -24,11 +24,23 @@ validation session (the last held-in session, never trained on) of the first see
 Pre-registered precondition (claim.yaml's `precondition:`, judged first by papers_eval): drift
 hurts (the zero-shot WER rises with the days since the last held-in session) and the
 within-session oracle decodes well; if it fails, the verdict is `not shown`.
+
+Everything runs as jobs of the shared job runner (``papers_eval.jobs``; ``--jobs`` worker
+processes of one torch thread each, finished jobs cached under runs/ibci-fewshot/jobs), in three
+rounds: one job per (backbone, seed) training, one per tuning configuration, one per (subject,
+seed) evaluation. The trained backbones are the later jobs' shared input: stored under
+runs/ibci-fewshot/inputs by a digest of their content, which those jobs name in their params.
+Adapting and decoding are deterministic given a backbone, so the numbers do not depend on the
+worker count.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +51,26 @@ from ibci_fewshot import baselines
 from ibci_fewshot.cli import IbciCLI
 from ibci_fewshot.core import parameter_distance, relative_input_change
 from ibci_fewshot.data import IbciDataModule, Session, pad_batch
-from ibci_fewshot.metrics import per_item_rates, session_rates
+from ibci_fewshot.metrics import Lexicon, per_item_rates, session_rates
 from ibci_fewshot.model import IbciModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval.jobs import (
+    Job,
+    JobResult,
+    canonical_json,
+    run_jobs,
+    runner_options,
+    summarise_jobs,
+)
+from papers_eval.record import git_revision
 
-CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+PROJECT = project_dir_of(__file__)
+CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "ibci-fewshot" / "jobs"
+# Content-addressed (a file's name is the digest of its content), so tests and runs can share it.
+INPUTS_DIR = PROJECT.parents[1] / "runs" / "ibci-fewshot" / "inputs"
+BACKBONES = ("pooled", "session_layers")
 SUBJECTS = (
     "meta_alignment",
     "session_layers",
@@ -158,91 +184,200 @@ def score_sessions(subject, models, sessions, n_cal, params, settings):
     return out
 
 
+def fit_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """Train the backbone ``job.subject`` on ``job.seed`` (top level: worker processes import
+    it by name); return what rebuilds it: the module's and the data's constructor arguments
+    and the weights, and the training time."""
+    began = time.perf_counter()
+    cli = fit(job.seed, settings, job.subject)
+    return {
+        "model": constructor_args(cli.model.hparams),
+        "data": constructor_args(cli.datamodule.hparams),
+        "state": cli.model.state_dict(),
+        "train_s": time.perf_counter() - began,
+    }
+
+
+def constructor_args(hparams) -> dict[str, Any]:
+    """LightningCLI adds private keys (``_instantiator``) to saved hyper-parameters."""
+    return {k: v for k, v in dict(hparams).items() if not k.startswith("_")}
+
+
+def digest(backbone: Mapping[str, Any]) -> str:
+    """A sha256 (16 hex digits) of a trained backbone: its constructor arguments, and each
+    weight's name, dtype, shape and bytes."""
+    h = hashlib.sha256(canonical_json({k: backbone[k] for k in ("model", "data")}).encode())
+    for name, tensor in backbone["state"].items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"<{name}>{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def backbone_path(key: str) -> Path:
+    return INPUTS_DIR / f"backbone-{key}.pt"
+
+
+def store_backbone(fitted: Mapping[str, Any]) -> str:
+    """Save a trained backbone in ``INPUTS_DIR`` under its digest (once); returns the digest."""
+    backbone = {k: fitted[k] for k in ("model", "data", "state")}
+    key = digest(backbone)
+    path = backbone_path(key)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        torch.save(backbone, partial)
+        os.replace(partial, path)
+    return key
+
+
+@functools.lru_cache(maxsize=4)
+def load_models(pooled: str, session_layers: str) -> dict[str, Any]:
+    """One seed's two stored backbones (eval mode, with the lexicon of their training
+    transcripts, as after a fit) and their data; kept per process, as the jobs a worker runs
+    often share a seed."""
+    models: dict[str, Any] = {}
+    for name, key in (("pooled", pooled), ("session_layers", session_layers)):
+        backbone = torch.load(backbone_path(key), weights_only=True)
+        module = IbciModule(**backbone["model"])
+        module.load_state_dict(backbone["state"])
+        data = IbciDataModule(**backbone["data"])
+        data.setup()
+        module.lexicon = Lexicon(data.lexicon_words)  # what the fit's setup builds
+        models[name], models["data"] = module.eval(), data
+    return models
+
+
+def tune_job(job: Job, settings: dict[str, Any]) -> float:
+    """One tuning configuration: the WER on the validation session (the last held-in one)."""
+    models = load_models(**job.params["backbones"])
+    scored = score_sessions(
+        job.subject,
+        models,
+        [models["data"].val_session],
+        settings["n_calibration"],
+        dict(job.params["params"]),
+        settings,
+    )
+    return session_rates(scored[0][0], scored[0][2])[1]
+
+
+def evaluate_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """One subject on one seed's held-out sessions: its metrics, the per-session WER, and for
+    the swept subjects the calibration sweep; the method's adapted-layer diagnostics and its
+    learned meta-state."""
+    subject, seed = job.subject, job.seed
+    models = load_models(**job.params["backbones"])
+    data, params = models["data"], dict(job.params["params"])
+    scored = score_sessions(
+        subject, models, data.test_sessions, settings["n_calibration"], params, settings
+    )
+    cer, wer = per_item_rates([(g, r) for g, _, r, _, _ in scored])
+    _, wer_lexicon = per_item_rates([(lx, r) for _, lx, r, _, _ in scored])
+    per_session = [(day, session_rates(g, r)[1]) for g, _, r, _, day in scored]
+    slope, last_minus_first = drift_trend(per_session)
+    out: dict[str, Any] = {"per_session": per_session, "sweep": []}  # sweep: (n, WER) pairs
+    if subject == "meta_alignment":
+        out["diagnostics"] = [d for *_, d, _ in scored]
+        pooled = models["pooled"]
+        out["learned"] = {
+            "seed": seed,
+            "inner_step_sizes": {k: float(v.detach().exp()) for k, v in pooled.log_step.items()},
+            "inner_step_size_start": pooled.hparams.inner_lr,
+            "phi0_distance_from_identity": parameter_distance(
+                {k: v.detach() for k, v in pooled.phi0.items()},
+                pooled.zero_shot_params(),
+            ),
+        }
+    result = {
+        "test_wer": wer,
+        "test_cer": cer,
+        "test_wer_lexicon": wer_lexicon,
+        "wer_slope_per_day": slope,
+        "wer_last_minus_first_day": last_minus_first,
+    }
+    if subject in SWEPT:
+        out["sweep"].append((settings["n_calibration"], float(wer.mean())))
+        for n in settings["calibration_sweep"]:
+            rows = score_sessions(subject, models, data.test_sessions, n, params, settings)
+            value = float(per_item_rates([(g, r) for g, _, r, _, _ in rows])[1].mean())
+            result[f"test_wer_{n}"] = value
+            out["sweep"].append((n, value))
+    out["result"] = result
+    return out
+
+
+# Each job's stage names the function that runs it.
+STAGES = {"fit": fit_job, "tune": tune_job, "test": evaluate_job}
+
+
+def claim_job(job: Job, settings: dict[str, Any]) -> Any:
+    """One job of the shared runner (top level: worker processes import it by name)."""
+    return STAGES[job.stage](job, settings)
+
+
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Tune on validation, run every subject on every seed, judge, write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
-    torch.set_num_threads(1)
     start = time.perf_counter()
     settings = dict(spec.settings)
-    trained: dict[int, dict] = {}
-    train_times: dict[str, list[float]] = {"pooled": [], "session_layers": []}
+    options = runner_options(args, default_workers=2)
+    ran: list[JobResult] = []
 
-    def models_for(seed: int) -> dict:
-        if seed not in trained:
-            trained.clear()  # one seed's models at a time
-            models = {}
-            for backbone in ("pooled", "session_layers"):
-                began = time.perf_counter()
-                cli = fit(seed, settings, backbone)
-                train_times[backbone].append(time.perf_counter() - began)
-                models[backbone] = cli.model.eval()
-                models["data"] = cli.datamodule
-            trained[seed] = models
-        return trained[seed]
-
-    def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
-        models = models_for(seed)
-        scored = score_sessions(
-            subject,
-            models,
-            [models["data"].val_session],
-            settings["n_calibration"],
-            params,
-            settings,
+    def run(jobs: list[Job]) -> dict[Job, Any]:
+        results = run_jobs(
+            claim_job,
+            jobs,
+            settings=settings,
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT),
+            label="ibci-fewshot",
+            **options,
         )
-        return session_rates(scored[0][0], scored[0][2])[1]
+        ran.extend(results)
+        return {r.job: r.value for r in results}
 
-    tuning = tune(spec, validation_score)
+    # ---- the backbones, stored for the later jobs
+    fits = {(b, seed): Job(b, seed, {}, "fit") for seed in spec.seeds for b in BACKBONES}
+    fitted = run(list(fits.values()))
+    backbones = {
+        seed: {b: store_backbone(fitted[fits[b, seed]]) for b in BACKBONES} for seed in spec.seeds
+    }
+    train_times = {b: [fitted[fits[b, seed]]["train_s"] for seed in spec.seeds] for b in BACKBONES}
+
+    # ---- tuning on the first seed's validation session
+    first = spec.seeds[0]
+
+    def tuning_job(subject: str, params: dict[str, Any]) -> Job:
+        return Job(subject, first, {"params": params, "backbones": backbones[first]}, "tune")
+
+    grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
+    scored = run([tuning_job(s, p) for s, grid in grids.items() for p in grid])
+    tuning = tune(spec, lambda subject, params, seed: scored[tuning_job(subject, params)])
+
+    # ---- every subject on every seed's held-out sessions
+    def test_run(subject: str, seed: int) -> Job:
+        params = tuning.best.get(subject, {})
+        return Job(subject, seed, {"params": params, "backbones": backbones[seed]}, "test")
+
+    done = run([test_run(s, seed) for seed in spec.seeds for s in spec.subjects])
     per_session: dict[str, dict[int, list[tuple[int, float]]]] = {}
     diagnostics: list[dict] = []
     sweep: dict[str, dict[int, list[float]]] = {s: {} for s in SWEPT}
     learned: list[dict] = []
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
-        models = models_for(seed)
-        data, params = models["data"], tuning.best.get(subject, {})
-        scored = score_sessions(
-            subject, models, data.test_sessions, settings["n_calibration"], params, settings
-        )
-        cer, wer = per_item_rates([(g, r) for g, _, r, _, _ in scored])
-        _, wer_lexicon = per_item_rates([(lx, r) for _, lx, r, _, _ in scored])
-        per_session.setdefault(subject, {})[seed] = [
-            (day, session_rates(g, r)[1]) for g, _, r, _, day in scored
-        ]
-        slope, last_minus_first = drift_trend(per_session[subject][seed])
+        # in run_seeds' order (seed, then subject), the order the evidence was always kept in
+        out = done[test_run(subject, seed)]
+        per_session.setdefault(subject, {})[seed] = out["per_session"]
         if subject == "meta_alignment":
-            diagnostics.extend(d for *_, d, _ in scored)
-            pooled = models["pooled"]
-            learned.append(
-                {
-                    "seed": seed,
-                    "inner_step_sizes": {
-                        k: float(v.detach().exp()) for k, v in pooled.log_step.items()
-                    },
-                    "inner_step_size_start": pooled.hparams.inner_lr,
-                    "phi0_distance_from_identity": parameter_distance(
-                        {k: v.detach() for k, v in pooled.phi0.items()},
-                        pooled.zero_shot_params(),
-                    ),
-                }
-            )
-        result = {
-            "test_wer": wer,
-            "test_cer": cer,
-            "test_wer_lexicon": wer_lexicon,
-            "wer_slope_per_day": slope,
-            "wer_last_minus_first_day": last_minus_first,
-        }
-        if subject in SWEPT:
-            sweep[subject].setdefault(settings["n_calibration"], []).append(float(wer.mean()))
-            for n in settings["calibration_sweep"]:
-                rows = score_sessions(subject, models, data.test_sessions, n, params, settings)
-                value = float(per_item_rates([(g, r) for g, _, r, _, _ in rows])[1].mean())
-                result[f"test_wer_{n}"] = value
-                sweep[subject].setdefault(n, []).append(value)
-        return result
+            diagnostics.extend(out["diagnostics"])
+            learned.append(out["learned"])
+        for n, value in out["sweep"]:
+            sweep[subject].setdefault(n, []).append(value)
+        return out["result"]
 
     results = run_seeds(spec, run_one)
     judgement = judge(spec, results)
@@ -290,6 +425,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         headline=headline,
         notes=notes,
         figures=figures,
+        jobs=summarise_jobs(ran),
     )
     return {"verdict": judgement.verdict, "results": results}
 

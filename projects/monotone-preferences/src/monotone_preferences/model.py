@@ -47,6 +47,15 @@ def _to_numpy(state: Any) -> Any:
     return state
 
 
+def _builtin(value: Any) -> Any:
+    """jsonargparse's PositiveInt / PositiveFloat are int / float subclasses; a checkpoint read
+    with ``weights_only=True`` accepts only the builtin types among its hyper-parameters."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
 class MonotonePreferencesModule(LightningModule):
     """Fits one preference learner; every hyper-parameter is typed (bad values fail parsing)."""
 
@@ -61,8 +70,11 @@ class MonotonePreferencesModule(LightningModule):
         layers: PositiveInt = 2,
         lr: PositiveFloat = 0.01,
     ) -> None:
+        arguments = {k: _builtin(v) for k, v in locals().items() if k not in ("self", "__class__")}
         super().__init__()
-        self.save_hyperparameters()
+        # Given explicitly rather than read from the caller's frame: the mutation lane wraps
+        # __init__ in a trampoline, and the frame Lightning would inspect is then the wrapper's.
+        self.save_hyperparameters(arguments)
         self.fitted: Any = None
         self.net = MonotoneNetwork(in_features, hidden, layers)
         # target scaling for the network, fixed from the training split at fit start

@@ -1,7 +1,7 @@
 """The claim experiment (`uv run reproduce`), under the protocol of configs/claim.yaml.
 
 Per seed one push world is built (rendered episodes, the stand-in encoder pretrained and frozen,
-tokens cached in a temporary folder) and every subject trains on it at equal budgets:
+tokens encoded) and every subject trains on it at equal budgets:
 
 - ``rla_wm`` (the method): the RLA autoencoder, then flow matching over the standardised RLA;
 - ``regression`` (DINO-WM style), ``token_flow`` (flow over all tokens), ``rla_regression`` (the
@@ -16,14 +16,23 @@ and the same inside the regression model, against a random policy) are judged in
 scene from seeded starts. Diagnostics, ablations (concat input, latent size), the RLA's
 generalisation and temporal probes, PSNR/SSIM through a feature-to-pixel decoder and FLOPs /
 wall time per frame go to the record's evidence and to details.json.
+
+Every world build, training, use and ablation is a job of the shared runner
+(``papers_eval.jobs``: ``--jobs`` worker processes of one torch thread each, a cache of finished
+jobs under runs/rla-wm/jobs). What later jobs read (a seed's world, the tuned RLA-WM and
+regression models the uses start from) is kept under runs/rla-wm/inputs, named by a digest of
+its content: the jobs name the digests in their params, so a job's cache key changes when what
+it reads does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import multiprocessing
+import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,8 @@ import torch  # noqa: E402
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval.record import git_revision  # noqa: E402
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from rlawm import core, uses  # noqa: E402
 from rlawm.cli import RLACLI  # noqa: E402
@@ -52,6 +63,8 @@ from rlawm.pixel import (  # noqa: E402
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "rla-wm" / "jobs"
+INPUTS_DIR = PROJECT.parents[1] / "runs" / "rla-wm" / "inputs"
 TOKEN_MODELS = ("rla_wm", "regression", "token_flow", "rla_regression")
 TRAINED = (*TOKEN_MODELS, "pixel")
 SUBJECTS = (*TRAINED, "persistence", "rla_wm_shuffled", "oracle")
@@ -74,10 +87,11 @@ METRICS = (
 MIN_TRUTH_SPREAD = 0.05  # the multimodal groups of the collapse ratio (configs/claim.yaml)
 
 
-# ---------------------------------------------------------------------- jobs (spawned workers)
+# ---------------------------------------------------------------------- jobs
+# Top-level functions: the shared runner's worker processes import them by name.
 
 
-def datamodule(settings: dict, cache: Path, seed: int) -> PushWorldDataModule:
+def datamodule(settings: Mapping, cache: Path, seed: int) -> PushWorldDataModule:
     """The seed's world, built once and then read from the token cache."""
     from jsonargparse import ArgumentParser
 
@@ -92,15 +106,18 @@ def datamodule(settings: dict, cache: Path, seed: int) -> PushWorldDataModule:
     return data
 
 
-def cache_of(folder: Path, seed: int) -> Path:
-    return folder / f"world_seed{seed}.pt"
+def build_world(job: Job, settings: Mapping) -> bytes:
+    """A seed's world (episodes, frozen encoder, tokens): the token cache file's bytes, which
+    the caller stores in INPUTS_DIR."""
+    with tempfile.TemporaryDirectory() as folder:  # the data module saves to a file
+        cache = Path(folder) / "world.pt"
+        datamodule(settings, cache, job.seed)
+        return cache.read_bytes()
 
 
-def build_world(job) -> float:
-    settings, folder, seed = job
-    start = time.perf_counter()
-    datamodule(settings, cache_of(folder, seed), seed)
-    return time.perf_counter() - start
+def world_of(job: Job) -> Path:
+    """The token cache of the world a job names."""
+    return input_path("world", job.params["world"])
 
 
 def scores_of(predictions: torch.Tensor, groups) -> dict[str, np.ndarray]:
@@ -122,10 +139,10 @@ def timed_rollouts(predict, groups, samples, seed, actions=None):
     return predictions, 1000 * (time.perf_counter() - start) / frames
 
 
-def fit_token_model(job) -> dict[str, Any]:
+def fit_token_model(job: Job, settings: Mapping) -> dict[str, Any]:
     """Train one token-space world model through the real CLI, then score it on validation and
     test (and, for RLA-WM, the shuffled-action and oracle controls and the diagnostics)."""
-    settings, folder, subject, lr, seed = job
+    subject, lr, seed = job.subject, job.params["lr"], job.seed
     start = time.perf_counter()
     ae = settings["ae_steps"] if subject in ("rla_wm", "rla_regression") else 0
     cli = quiet_fit(
@@ -142,7 +159,7 @@ def fit_token_model(job) -> dict[str, Any]:
             f"--model.sample_steps={settings['sample_steps']}",
             f"--model.num_samples={settings['num_samples']}",
             f"--data.seed={seed}",
-            f"--data.token_cache={cache_of(folder, seed)}",
+            f"--data.token_cache={world_of(job)}",
             *settings["overrides"],
         ],
         cli_class=RLACLI,
@@ -226,13 +243,13 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
     return ((images.movedim(-3, -1) + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)
 
 
-def fit_pixel(job) -> dict[str, Any]:
+def fit_pixel(job: Job, settings: Mapping) -> dict[str, Any]:
     """Train the pixel video-diffusion world model on masked frame pairs (x_t, x_{t+h}, chunk),
     roll it out from the test groups' start frames and encode its frames with the frozen
     encoder."""
-    settings, folder, subject, lr, seed = job
+    lr, seed = job.params["lr"], job.seed
     torch.manual_seed(seed)
-    data = datamodule(settings, cache_of(folder, seed), seed)
+    data = datamodule(settings, world_of(job), seed)
     world, h = data.world, data.hparams.horizon
     train = chunk_pairs(
         masked_frames(world.train_frames, world.train_masks), world.train_actions, h
@@ -287,8 +304,8 @@ def fit_pixel(job) -> dict[str, Any]:
     }
 
 
-def fit(job) -> dict[str, Any]:
-    return fit_pixel(job) if job[2] == "pixel" else fit_token_model(job)
+def fit(job: Job, settings: Mapping) -> dict[str, Any]:
+    return (fit_pixel if job.subject == "pixel" else fit_token_model)(job, settings)
 
 
 def rebuild(payload: dict[str, Any]) -> WorldModelModule:
@@ -297,14 +314,14 @@ def rebuild(payload: dict[str, Any]) -> WorldModelModule:
     return model.eval().requires_grad_(False)
 
 
-def run_uses(job) -> dict[str, Any]:
+def run_uses(job: Job, settings: Mapping) -> dict[str, Any]:
     """The world action model against BC, and policies trained inside RLA-WM and inside the
     regression model, all judged in the simulator from the same seeded starts."""
-    settings, folder, seed, rla_payload, regression_payload = job
+    seed = job.seed
     torch.manual_seed(seed)
-    data = datamodule(settings, cache_of(folder, seed), seed)
+    data = datamodule(settings, world_of(job), seed)
     world, h = data.world, data.hparams.horizon
-    rla_wm, regression = rebuild(rla_payload), rebuild(regression_payload)
+    rla_wm, regression = (load_model(job.params[name]) for name in ("rla_wm", "regression"))
     tokens, dim = world.demo_tokens.shape[-2:]
     action_dim = world.demo_actions.shape[-1]
     labelled = settings["labelled_demos"]
@@ -473,12 +490,14 @@ def temporal_probe(model: WorldModelModule, world, horizon: int) -> dict:
     }
 
 
-def run_ablations(job) -> dict[str, Any]:
+def run_ablations(job: Job, settings: Mapping) -> dict[str, Any]:
     """Seed 0, the autoencoder alone at the same steps: the residual input against concat
     [x_t ; x_{t+h}], and 1 / 4 / 8 latent tokens (L1 with the true RLA and with z = 0 on the test
-    groups); and the feature-to-pixel decoder for PSNR / SSIM."""
-    settings, folder, seed, hparams = job
-    data = datamodule(settings, cache_of(folder, seed), seed)
+    groups); and the feature-to-pixel decoder for PSNR / SSIM. Its sizes and learning rate are
+    the tuned RLA-WM's (the model ``job.params["rla_wm"]`` names)."""
+    seed = job.seed
+    hparams = torch.load(input_path("model", job.params["rla_wm"]), weights_only=True)["hparams"]
+    data = datamodule(settings, world_of(job), seed)
     world = data.world
     x_t, x_next, _ = data.pairs()
     tokens = world.test.tokens
@@ -534,49 +553,83 @@ def run_ablations(job) -> dict[str, Any]:
     return out
 
 
-def run_job(job: tuple[str, tuple]) -> tuple[Any, float]:
-    """One job of any kind in a worker (one torch thread); returns (result, seconds)."""
-    kind, payload = job
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    return JOBS[kind](payload), time.perf_counter() - start
+def claim_job(job: Job, settings: Mapping) -> Any:
+    """One job of the claim: its stage says which kind (``world``, ``uses``, ``ablations``, or
+    a training: ``tune`` / ``test``)."""
+    if job.stage == "world":
+        return build_world(job, settings)
+    if job.stage == "uses":
+        return run_uses(job, settings)
+    if job.stage == "ablations":
+        return run_ablations(job, settings)
+    return fit(job, settings)
 
 
-class Workers:
-    """A pool of spawned one-thread workers (forking after torch started can hang), or the main
-    process when ``workers`` is 1; ``map`` logs each job as it finishes."""
+# ---------------------------------------------------------------------- shared inputs
 
-    def __init__(self, workers: int):
-        self.pool = None
-        if workers > 1:
-            self.pool = multiprocessing.get_context("spawn").Pool(workers)
-        self.start = time.perf_counter()
 
-    def map(self, jobs: list[tuple[str, tuple]]) -> list[Any]:
-        if self.pool is None:
-            done = map(run_job, jobs)
+def input_path(kind: str, key: str) -> Path:
+    return INPUTS_DIR / f"{kind}-{key}.pt"
+
+
+def store_input(kind: str, data: bytes) -> str:
+    """Write ``data`` into INPUTS_DIR under its digest (once); returns the digest."""
+    key = hashlib.sha256(data).hexdigest()[:16]
+    path = input_path(kind, key)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    return key
+
+
+def store_model(run: Mapping[str, Any]) -> str:
+    """Keep a fitted token model (hyper-parameters and state) in INPUTS_DIR for the jobs that
+    start from it, named by ``model_digest`` of its content (torch.save can write equal content
+    as different bytes, so its bytes cannot name it); returns the digest."""
+    model = {"hparams": run["hparams"], "state": run["state"]}
+    key = model_digest(model)
+    path = input_path("model", key)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        torch.save(model, partial)
+        os.replace(partial, path)
+    return key
+
+
+def model_digest(value: Any) -> str:
+    """A sha256 (16 hex digits) of nested mappings and sequences of tensors and plain values:
+    keys, tensors' dtypes, shapes and bytes, every other leaf's repr."""
+    h = hashlib.sha256()
+
+    def feed(x: Any) -> None:
+        if isinstance(x, Mapping):
+            for k, v in x.items():
+                h.update(f"<{k!r}>".encode())
+                feed(v)
+        elif isinstance(x, (list, tuple)):
+            h.update(f"[{len(x)}".encode())
+            for v in x:
+                feed(v)
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
         else:
-            done = self.pool.imap(run_job, jobs, chunksize=1)
-        results = []
-        for job, (result, seconds) in zip(jobs, done, strict=True):
-            label = " ".join(str(p) for p in job[1][2:5] if not isinstance(p, dict))
-            print(
-                f"[rla-wm reproduce {time.perf_counter() - self.start:6.0f} s] {job[0]} "
-                f"{label}: {seconds:.0f} s",
-                flush=True,
-            )
-            results.append(result)
-        return results
+            h.update(repr(x).encode())
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-            self.pool.join()
+    feed(value)
+    return h.hexdigest()[:16]
+
+
+def load_model(key: str) -> WorldModelModule:
+    return rebuild(torch.load(input_path("model", key), weights_only=True))
 
 
 # ---------------------------------------------------------------------- the experiment
 
-JOBS = {"world": build_world, "fit": fit, "uses": run_uses, "ablations": run_ablations}
 COST = {"pixel": 5, "rla_wm": 3, "rla_regression": 3, "regression": 2, "token_flow": 2}
 
 
@@ -584,15 +637,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     """Build worlds, tune on validation, train every subject on every seed, run the uses, judge,
     write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="worker processes, one torch thread each (default 2, the 2 cores; 1 with --quick)",
-    )
-    args = parser.parse_args(argv)
-    if args.jobs is None:
-        args.jobs = 1 if args.quick else 2
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     torch.set_num_threads(1)  # one thread per process on the 2-core machine
     start = time.perf_counter()
@@ -601,52 +646,80 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     settings = dict(spec.settings)
     seeds = list(spec.seeds)
     timings: dict[str, Any] = {}
-    workers = Workers(args.jobs)
-    with tempfile.TemporaryDirectory(prefix="rlawm-worlds-") as tmp:
-        folder = Path(tmp)
-        first, later = seeds[0], seeds[1:]
-        grid = tuning_grids(spec.tuning, spec.subjects)
-        tuning_jobs = [
-            ("fit", (settings, folder, subject, params["lr"], first))
-            for subject in TRAINED
-            for params in grid[subject]
-        ]
-        tuning_jobs.sort(key=lambda j: -COST[j[1][2]])
-        # the first world, then the tuning runs beside the other worlds (longest jobs first)
-        world_jobs = [("world", (settings, folder, s)) for s in seeds]
-        worlds = workers.map(world_jobs[:2])
-        second = tuning_jobs[:2] + world_jobs[2:] + tuning_jobs[2:]
-        done = list(zip(second, workers.map(second), strict=True))
-        worlds += [r for j, r in done if j[0] == "world"]
-        tuned = [r for j, r in done if j[0] == "fit"]  # in the order of tuning_jobs
-        timings["world_build_s"] = dict(zip(seeds, worlds, strict=True))
-        fitted = {(j[1][2], j[1][3], j[1][4]): r for j, r in zip(tuning_jobs, tuned, strict=True)}
+    options = runner_options(args, default_workers=2)
+    jobs: list[JobResult] = []  # every job run or loaded from the cache, for the record
 
-        def validation_score(subject, params, seed):
-            return float(np.mean(fitted[(subject, params["lr"], first)]["val"]["energy_distance"]))
-
-        tuning = tune(spec, validation_score) if spec.tuning else None
-        best = {s: (tuning.best[s]["lr"] if tuning else 1e-3) for s in TRAINED}
-        timings["tuning_s"] = time.perf_counter() - start
-
-        def uses_job(seed):
-            payload = (settings, folder, seed, fitted[("rla_wm", best["rla_wm"], seed)])
-            return ("uses", (*payload, fitted[("regression", best["regression"], seed)]))
-
-        rest = [("fit", (settings, folder, s, best[s], seed)) for seed in later for s in TRAINED]
-        rest.sort(key=lambda j: -COST[j[1][2]])
-        ablation_job = (
-            "ablations",
-            (settings, folder, first, fitted[("rla_wm", best["rla_wm"], first)]["hparams"]),
+    def run(todo: list[Job]) -> list[JobResult]:
+        done = run_jobs(
+            claim_job,
+            todo,
+            settings=settings,
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT),
+            label="rla-wm",
+            **options,
         )
-        phase = workers.map([*rest, uses_job(first), ablation_job])
-        fitted.update({(j[1][2], j[1][3], j[1][4]): r for j, r in zip(rest, phase, strict=False)})
-        used = {first: phase[len(rest)]}
-        ablation = phase[len(rest) + 1]
-        used.update(zip(later, workers.map([uses_job(seed) for seed in later]), strict=True))
-        workers.close()
-        runs = {(s, seed): fitted[(s, best[s], seed)] for s in TRAINED for seed in seeds}
-        timings["total_training_s"] = time.perf_counter() - start
+        jobs.extend(done)
+        return done
+
+    worlds: dict[int, str] = {}  # seed -> the digest of its world in INPUTS_DIR
+    build_s: dict[int, float] = {}  # seed -> the world job's wall time
+    fitted: dict[tuple, dict[str, Any]] = {}  # (subject, lr, seed) -> the fit job's value
+
+    def collect(done: list[JobResult]) -> None:
+        for result in done:
+            job = result.job
+            if job.stage == "world":
+                worlds[job.seed] = store_input("world", result.value)
+                build_s[job.seed] = result.wall_time_s
+            elif job.stage in ("tune", "test"):
+                fitted[(job.subject, job.params["lr"], job.seed)] = result.value
+
+    def fit_job(subject: str, lr: float, seed: int, stage: str) -> Job:
+        return Job(subject, seed, {"lr": lr, "world": worlds[seed]}, stage)
+
+    first, later = seeds[0], seeds[1:]
+    grid = tuning_grids(spec.tuning, spec.subjects)
+    world_jobs = [Job("world", seed, {}, "world") for seed in seeds]
+    # the first worlds, then the tuning runs beside the other worlds (longest jobs first)
+    collect(run(world_jobs[:2]))
+    tuning_jobs = [
+        fit_job(subject, params["lr"], first, "tune")
+        for subject in TRAINED
+        for params in grid[subject]
+    ]
+    tuning_jobs.sort(key=lambda j: -COST[j.subject])
+    collect(run(tuning_jobs[:2] + world_jobs[2:] + tuning_jobs[2:]))
+    timings["world_build_s"] = {seed: build_s[seed] for seed in seeds}
+
+    def validation_score(subject, params, seed):
+        return float(np.mean(fitted[(subject, params["lr"], first)]["val"]["energy_distance"]))
+
+    tuning = tune(spec, validation_score) if spec.tuning else None
+    best = {s: (tuning.best[s]["lr"] if tuning else 1e-3) for s in TRAINED}
+    timings["tuning_s"] = time.perf_counter() - start
+
+    def uses_job(seed: int) -> Job:
+        models = {s: store_model(fitted[(s, best[s], seed)]) for s in ("rla_wm", "regression")}
+        return Job("uses", seed, {"world": worlds[seed], **models}, "uses")
+
+    rest = [fit_job(s, best[s], seed, "test") for seed in later for s in TRAINED]
+    rest.sort(key=lambda j: -COST[j.subject])
+    ablation_job = Job(
+        "ablations",
+        first,
+        {"world": worlds[first], "rla_wm": store_model(fitted[("rla_wm", best["rla_wm"], first)])},
+        "ablations",
+    )
+    phase = run([*rest, uses_job(first), ablation_job])
+    collect(phase)
+    used = {first: phase[len(rest)].value}
+    ablation = phase[len(rest) + 1].value
+    used.update(
+        (result.job.seed, result.value) for result in run([uses_job(seed) for seed in later])
+    )
+    runs = {(s, seed): fitted[(s, best[s], seed)] for s in TRAINED for seed in seeds}
+    timings["total_training_s"] = time.perf_counter() - start
 
     test_groups = {seed: runs[("rla_wm", seed)]["test_groups"] for seed in seeds}
 
@@ -700,6 +773,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         notes=NOTES,
         figures=[*figures, "details.json"],
         n_resamples=resamples,
+        jobs=summarise_jobs(jobs),
     )
     return {"verdict": judgement.verdict, "results": results, "details": details}
 

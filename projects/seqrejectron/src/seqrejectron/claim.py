@@ -25,25 +25,51 @@ Stochastic SeqRejectron (stochastic.py; ``settings.stochastic``): on (A) at one 
 (B), per seed, pi-hat sampled from its softmax, the cumulative-Hellinger stop against sampled BC,
 a random-time stop and the oracle stop on the same sampled episodes; reported in the record's
 evidence with intervals, not judged (no pre-registered check reads it).
+
+Everything runs as jobs of the shared job runner (``papers_eval.jobs``; ``--jobs`` worker
+processes of one torch thread each, finished jobs cached under runs/seqrejectron/jobs), in three
+rounds: the worlds (one job per (A) world and per (B) world, which also runs the stochastic
+variant on the worlds it reports, while their dynamics are at hand), the tuning (one job per
+(A) configuration, one per validator search tuned on (B)), then one job per subject and seed.
+The worlds are the jobs' shared input: stored under runs/seqrejectron/inputs by a digest of
+their content, which the later jobs name in their params. Every fit is a deterministic function
+of its world and arguments, so the numbers do not depend on the worker count.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import os
+import pickle
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from papers_cli import project_dir_of, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim
+from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.record import git_revision
 from papers_eval.stats import contrast_interval
-from seqrejectron.experiment import WorldConfig, build_world, episode_metrics, fit, world_summary
+from seqrejectron.experiment import (
+    World,
+    WorldConfig,
+    build_world,
+    episode_metrics,
+    fit,
+    world_summary,
+)
 from seqrejectron.pointmaze import SIZES_B, build_pointmaze_world, pointmaze_summary, tune_lam_b
 from seqrejectron.stochastic import evaluate_stochastic
 
-CLAIM_FILE = project_dir_of(__file__) / "configs" / "claim.yaml"
+PROJECT = project_dir_of(__file__)
+CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
+JOBS_DIR = PROJECT.parents[1] / "runs" / "seqrejectron" / "jobs"
+# Content-addressed (a file's name is the digest of its bytes), so tests and runs can share it.
+INPUTS_DIR = PROJECT.parents[1] / "runs" / "seqrejectron" / "inputs"
 SUBJECTS = (
     "seqrejectron",
     "bc",
@@ -88,130 +114,267 @@ def horizon_slope(per_horizon: dict[int, float]) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Tune on validation, run every subject on every seed and horizon, judge, write results/."""
-    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    args = parser.parse_args(argv)
-    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
-    torch.set_num_threads(1)
-    start = time.perf_counter()
-    settings = dict(spec.settings)
+def world_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """Build one world, (A) at ``job.params["horizon"]`` or (B) PointMaze, and, when the
+    stochastic report uses it, run the stochastic variant on it (which rolls out in the world's
+    dynamics). Returns the world without its dynamics (the fits need only its episodes and
+    pi-hat), its precondition summary and the stochastic run (or None)."""
+    stochastic = settings["stochastic"]
+    if job.subject == "pointmaze":
+        world = build_pointmaze_world(job.seed, pointmaze_sizes(settings))
+        summary, reported = pointmaze_summary(world), True
+    else:
+        horizon = job.params["horizon"]
+        world = build_world(world_config(settings, horizon), job.seed)
+        summary = {k: v for k, v in world_summary(world).items() if k != "config"}
+        reported = horizon == int(stochastic["horizon"])
+    # the stored world is taken before the stochastic run touches the world
+    stored = pickle.dumps(dataclasses.replace(world, train_env=None, test_env=None))
+    run = (
+        evaluate_stochastic(world, float(settings["epsilon"]), float(stochastic["lam"]))
+        if reported
+        else None
+    )
+    return {"world": stored, "summary": summary, "stochastic": run}
+
+
+def store_world(data: bytes) -> str:
+    """Save a pickled world in ``INPUTS_DIR`` under the digest of its bytes (once); returns the
+    digest."""
+    key = hashlib.sha256(data).hexdigest()[:16]
+    path = INPUTS_DIR / f"world-{key}.pkl"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    return key
+
+
+@functools.lru_cache(maxsize=16)
+def load_world(key: str) -> World:
+    """A stored world, one object per process: the fits memoised on it (``experiment.fit``)
+    are shared by the jobs a worker runs, as the baselines calibrate to the method's fit."""
+    return pickle.loads((INPUTS_DIR / f"world-{key}.pkl").read_bytes())
+
+
+def tune_job(job: Job, settings: dict[str, Any]) -> float:
+    """One (A) tuning configuration on its world (the first seed, the tuning horizon): the
+    validation test cost plus train stop rate."""
+    world = load_world(job.params["world"])
+    params = dict(job.params["params"])
+    method_params = params if job.subject == "seqrejectron" else {}
+    fitted = fit(world, job.subject, float(settings["epsilon"]), params, method_params)
+    outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
+    return float(outcome["test_cost"].mean() + outcome["train_stop"].mean())
+
+
+def tune_b_job(job: Job, settings: dict[str, Any]) -> tuple[float, dict]:
+    """Lambda of the validator search ``job.subject`` for (B), over every seed's (B) world."""
+    worlds = [load_world(key) for key in job.params["worlds"]]
+    lams = tuple(float(lam) for lam in settings["pointmaze"]["lam_grid"])
+    return tune_lam_b(worlds, job.subject, float(settings["epsilon"]), lams)
+
+
+def subject_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
+    """One subject on one seed: (A) at every horizon (pooled episodes, the horizon slope, the
+    validation score) and (B), with what its fits report for the evidence."""
+    subject, seed, p = job.subject, job.seed, job.params
     epsilon = float(settings["epsilon"])
-    horizons = [int(h) for h in settings["horizons"]]
-
-    def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
-        world = build_world(world_config(settings, int(settings["tuning_horizon"])), seed)
-        method_params = params if subject == "seqrejectron" else {}
+    params, method_params = dict(p["params"]), dict(p["method_params"])
+    pooled: dict[str, list] = {"train_stop": [], "test_cost": [], "test_executed": []}
+    dense: list = []
+    rates: dict[str, dict[int, float]] = {"train_stop": {}, "test_cost": {}}
+    out: dict[str, Any] = {}
+    report: dict[str, Any] = {"rounds": {}, "epsilon_sweep": {}, "moved": []}
+    for horizon in [int(h) for h in settings["horizons"]]:
+        world = load_world(p["worlds"][str(horizon)])
         fitted = fit(world, subject, epsilon, params, method_params)
-        outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
-        return float(outcome["test_cost"].mean() + outcome["train_stop"].mean())
-
-    tuning = tuning_result = tune(spec, validation_score)
-    method_params = dict(tuning_result.best.get("seqrejectron", {}))
-    evidence: dict[str, Any] = {"worlds": {}, "rounds": {}, "epsilon_sweep": {}, "moved": []}
-    b_settings = dict(settings["pointmaze"])
-    b_sizes = tuple((k, int(b_settings[k])) for k in SIZES_B)
-
-    def b_world(seed: int):
-        return build_pointmaze_world(seed, b_sizes)
-
-    b_params: dict[str, dict] = {}
-    evidence["pointmaze"] = {"tuning": {}, "worlds": {}, "rounds": {}, "epsilon_sweep": {}}
-    for name in ("seqrejectron", "per_step_rejectron"):
-        lams = tuple(float(lam) for lam in b_settings["lam_grid"])
-        best, scores = tune_lam_b([b_world(s) for s in spec.seeds], name, epsilon, lams)
-        b_params[name] = {"lam": best}
-        evidence["pointmaze"]["tuning"][name] = {"chosen": best, "val_cost_plus_stop": scores}
-
-    def run_one(subject: str, seed: int) -> dict[str, Any]:
-        params = dict(tuning.best.get(subject, {}))
-        pooled: dict[str, list] = {"train_stop": [], "test_cost": [], "test_executed": []}
-        dense: list = []
-        rates: dict[str, dict[int, float]] = {"train_stop": {}, "test_cost": {}}
-        out: dict[str, Any] = {}
-        for horizon in horizons:
-            world = build_world(world_config(settings, horizon), seed)
-            evidence["worlds"][f"seed{seed}_H{horizon}"] = {
-                k: v for k, v in world_summary(world).items() if k != "config"
-            }
-            fitted = fit(world, subject, epsilon, params, method_params)
-            outcome = episode_metrics(fitted.rule, world.eval_p, world.eval_q)
-            for key in pooled:
-                pooled[key].append(outcome[key])
-            dense.append(outcome["test_dense_cost"])
-            for key in rates:
-                rates[key][horizon] = float(outcome[key].mean())
-            out[f"train_stop_H{horizon}"] = float(outcome["train_stop"].mean())
-            out[f"test_cost_H{horizon}"] = float(outcome["test_cost"].mean())
-            out[f"test_executed_H{horizon}"] = float(outcome["test_executed"].mean())
-            if subject in VALIDATOR_SUBJECTS:
-                out[f"n_validators_H{horizon}"] = float(fitted.diagnostics["n_validators"])
-                evidence["rounds"][f"{subject}_seed{seed}_H{horizon}"] = fitted.diagnostics.get(
-                    "rounds", []
-                )
-            if subject == "seqrejectron":
-                evidence["moved"] += fitted.diagnostics["moved"]
-            if subject in ("seqrejectron", "seqrejectron_exact"):
-                for eps in settings["epsilon_sweep"]:
-                    swept = fit(world, subject, float(eps), params, method_params)
-                    result = episode_metrics(swept.rule, world.eval_p, world.eval_q)
-                    evidence["epsilon_sweep"][f"{subject}_eps{eps}_seed{seed}_H{horizon}"] = {
-                        "train_stop": float(result["train_stop"].mean()),
-                        "test_cost": float(result["test_cost"].mean()),
-                        "test_executed": float(result["test_executed"].mean()),
-                        "n_validators": swept.diagnostics["n_validators"],
-                    }
-        out.update({key: np.concatenate(values) for key, values in pooled.items()})
-        out["test_dense_cost"] = np.concatenate(dense)
-        out["horizon_slope"] = max(abs(horizon_slope(r)) for r in rates.values())
-        world = build_world(world_config(settings, int(settings["tuning_horizon"])), seed)
-        fitted = fit(world, subject, epsilon, params, method_params)
-        val = episode_metrics(fitted.rule, world.val_p, world.val_q)
-        out["val_cost_plus_stop"] = float(val["test_cost"].mean() + val["train_stop"].mean())
-        if subject in NOT_ON_B:  # not run on (B): recorded as NaN (null in claim.json)
-            out.update({metric: float("nan") for metric in B_METRICS})
-        else:
-            out.update(run_b(subject, seed, params))
-        return out
-
-    def run_b(subject: str, seed: int, params: dict[str, Any]) -> dict[str, Any]:
-        """Environment (B), once per seed."""
-        world = b_world(seed)
-        evidence["pointmaze"]["worlds"][f"seed{seed}"] = pointmaze_summary(world)
-        b_method = b_params["seqrejectron"]
-        fitted = fit(world, subject, epsilon, b_params.get(subject, params), b_method)
         outcome = episode_metrics(fitted.rule, world.eval_p, world.eval_q)
-        out: dict[str, Any] = {f"b_{k}": v for k, v in outcome.items()}
+        for key in pooled:
+            pooled[key].append(outcome[key])
+        dense.append(outcome["test_dense_cost"])
+        for key in rates:
+            rates[key][horizon] = float(outcome[key].mean())
+        out[f"train_stop_H{horizon}"] = float(outcome["train_stop"].mean())
+        out[f"test_cost_H{horizon}"] = float(outcome["test_cost"].mean())
+        out[f"test_executed_H{horizon}"] = float(outcome["test_executed"].mean())
         if subject in VALIDATOR_SUBJECTS:
-            out["b_n_validators"] = float(fitted.diagnostics["n_validators"])
-            evidence["pointmaze"]["rounds"][f"{subject}_seed{seed}"] = fitted.diagnostics.get(
+            out[f"n_validators_H{horizon}"] = float(fitted.diagnostics["n_validators"])
+            report["rounds"][f"{subject}_seed{seed}_H{horizon}"] = fitted.diagnostics.get(
                 "rounds", []
             )
         if subject == "seqrejectron":
+            report["moved"] += fitted.diagnostics["moved"]
+        if subject in ("seqrejectron", "seqrejectron_exact"):
             for eps in settings["epsilon_sweep"]:
-                swept = fit(world, subject, float(eps), b_method, b_method)
+                swept = fit(world, subject, float(eps), params, method_params)
                 result = episode_metrics(swept.rule, world.eval_p, world.eval_q)
-                evidence["pointmaze"]["epsilon_sweep"][f"eps{eps}_seed{seed}"] = {
+                report["epsilon_sweep"][f"{subject}_eps{eps}_seed{seed}_H{horizon}"] = {
                     "train_stop": float(result["train_stop"].mean()),
                     "test_cost": float(result["test_cost"].mean()),
                     "test_executed": float(result["test_executed"].mean()),
                     "n_validators": swept.diagnostics["n_validators"],
                 }
-        return out
+    out.update({key: np.concatenate(values) for key, values in pooled.items()})
+    out["test_dense_cost"] = np.concatenate(dense)
+    out["horizon_slope"] = max(abs(horizon_slope(r)) for r in rates.values())
+    world = load_world(p["tuning_world"])
+    fitted = fit(world, subject, epsilon, params, method_params)
+    val = episode_metrics(fitted.rule, world.val_p, world.val_q)
+    out["val_cost_plus_stop"] = float(val["test_cost"].mean() + val["train_stop"].mean())
+    if subject in NOT_ON_B:  # not run on (B): recorded as NaN (null in claim.json)
+        out.update({metric: float("nan") for metric in B_METRICS})
+        report["pointmaze"] = {"rounds": {}, "epsilon_sweep": {}}
+    else:
+        b_out, report["pointmaze"] = run_b(job, settings)
+        out.update(b_out)
+    return {"metrics": out, "evidence": report}
+
+
+def run_b(job: Job, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Environment (B), once per seed: the subject's metrics and what its fits report."""
+    subject, seed, p = job.subject, job.seed, job.params
+    epsilon = float(settings["epsilon"])
+    world = load_world(p["b_world"])
+    b_method = dict(p["b_method_params"])
+    fitted = fit(world, subject, epsilon, dict(p["b_params"]), b_method)
+    outcome = episode_metrics(fitted.rule, world.eval_p, world.eval_q)
+    out: dict[str, Any] = {f"b_{k}": v for k, v in outcome.items()}
+    report: dict[str, Any] = {"rounds": {}, "epsilon_sweep": {}}
+    if subject in VALIDATOR_SUBJECTS:
+        out["b_n_validators"] = float(fitted.diagnostics["n_validators"])
+        report["rounds"][f"{subject}_seed{seed}"] = fitted.diagnostics.get("rounds", [])
+    if subject == "seqrejectron":
+        for eps in settings["epsilon_sweep"]:
+            swept = fit(world, subject, float(eps), b_method, b_method)
+            result = episode_metrics(swept.rule, world.eval_p, world.eval_q)
+            report["epsilon_sweep"][f"eps{eps}_seed{seed}"] = {
+                "train_stop": float(result["train_stop"].mean()),
+                "test_cost": float(result["test_cost"].mean()),
+                "test_executed": float(result["test_executed"].mean()),
+                "n_validators": swept.diagnostics["n_validators"],
+            }
+    return out, report
+
+
+# Each job's stage names the function that runs it.
+STAGES = {"world": world_job, "tune": tune_job, "tune_b": tune_b_job, "test": subject_job}
+
+
+def claim_job(job: Job, settings: dict[str, Any]) -> Any:
+    """One job of the shared runner (top level: worker processes import it by name)."""
+    return STAGES[job.stage](job, settings)
+
+
+def pointmaze_sizes(settings: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    return tuple((k, int(settings["pointmaze"][k])) for k in SIZES_B)
+
+
+def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
+    """Tune on validation, run every subject on every seed and horizon, judge, write results/."""
+    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
+    start = time.perf_counter()
+    settings = dict(spec.settings)
+    horizons = [int(h) for h in settings["horizons"]]
+    tuning_horizon = int(settings["tuning_horizon"])
+    options = runner_options(args, default_workers=2)
+    ran: list[JobResult] = []
+
+    def run(jobs: list[Job]) -> dict[Job, Any]:
+        results = run_jobs(
+            claim_job,
+            jobs,
+            settings=settings,
+            cache_dir=JOBS_DIR,
+            revision=git_revision(PROJECT),
+            label="seqrejectron",
+            **options,
+        )
+        ran.extend(results)
+        return {r.job: r.value for r in results}
+
+    # ---- the worlds: (B) first, the longest to build
+    a_horizons = sorted({*horizons, tuning_horizon, int(settings["stochastic"]["horizon"])})
+    b_jobs = {seed: Job("pointmaze", seed, {}, "world") for seed in spec.seeds}
+    a_jobs = {
+        (seed, h): Job("gridworld", seed, {"horizon": h}, "world")
+        for seed in spec.seeds
+        for h in a_horizons
+    }
+    built = run([*b_jobs.values(), *a_jobs.values()])
+    a_worlds = {key: store_world(built[job]["world"]) for key, job in a_jobs.items()}
+    b_worlds = {seed: store_world(built[job]["world"]) for seed, job in b_jobs.items()}
+
+    # ---- tuning: (A) on the first seed's world at the tuning horizon, Lambda on (B)'s worlds
+    first = spec.seeds[0]
+
+    def tuning_job(subject: str, params: dict[str, Any]) -> Job:
+        world = a_worlds[first, tuning_horizon]
+        return Job(subject, first, {"params": params, "world": world}, "tune")
+
+    grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
+    b_tuning = {
+        name: Job(name, first, {"worlds": [b_worlds[s] for s in spec.seeds]}, "tune_b")
+        for name in ("seqrejectron", "per_step_rejectron")
+    }
+    scored = run(
+        [tuning_job(s, p) for s, grid in grids.items() for p in grid] + [*b_tuning.values()]
+    )
+    tuning = tune(spec, lambda subject, params, seed: scored[tuning_job(subject, params)])
+    method_params = dict(tuning.best.get("seqrejectron", {}))
+    b_params: dict[str, dict] = {}
+    evidence: dict[str, Any] = {"worlds": {}, "rounds": {}, "epsilon_sweep": {}, "moved": []}
+    evidence["pointmaze"] = {"tuning": {}, "worlds": {}, "rounds": {}, "epsilon_sweep": {}}
+    for name, job in b_tuning.items():
+        best, scores = scored[job]
+        b_params[name] = {"lam": best}
+        evidence["pointmaze"]["tuning"][name] = {"chosen": best, "val_cost_plus_stop": scores}
+
+    # ---- every subject on every seed
+    def subject_run(subject: str, seed: int) -> Job:
+        params = dict(tuning.best.get(subject, {}))
+        return Job(
+            subject,
+            seed,
+            {
+                "params": params,
+                "method_params": method_params,
+                "worlds": {str(h): a_worlds[seed, h] for h in horizons},
+                "tuning_world": a_worlds[seed, tuning_horizon],
+                "b_params": b_params.get(subject, params),
+                "b_method_params": b_params["seqrejectron"],
+                "b_world": b_worlds[seed],
+            },
+            "test",
+        )
+
+    done = run([subject_run(s, seed) for seed in spec.seeds for s in spec.subjects])
+
+    def run_one(subject: str, seed: int) -> dict[str, Any]:
+        # in run_seeds' order (seed, then subject), the order the evidence was always kept in
+        report = done[subject_run(subject, seed)]["evidence"]
+        for h in horizons:
+            evidence["worlds"][f"seed{seed}_H{h}"] = built[a_jobs[seed, h]]["summary"]
+        evidence["rounds"].update(report["rounds"])
+        evidence["moved"] += report["moved"]
+        evidence["epsilon_sweep"].update(report["epsilon_sweep"])
+        if subject not in NOT_ON_B:
+            evidence["pointmaze"]["worlds"][f"seed{seed}"] = built[b_jobs[seed]]["summary"]
+        evidence["pointmaze"]["rounds"].update(report["pointmaze"]["rounds"])
+        evidence["pointmaze"]["epsilon_sweep"].update(report["pointmaze"]["epsilon_sweep"])
+        return done[subject_run(subject, seed)]["metrics"]
 
     results = run_seeds(spec, run_one)
     judgement = judge(spec, results)
-    stochastic = settings["stochastic"]
+    stochastic_horizon = int(settings["stochastic"]["horizon"])
     evidence["stochastic"] = stochastic_report(
         {
-            "A": [
-                build_world(world_config(settings, int(stochastic["horizon"])), s)
-                for s in spec.seeds
-            ],
-            "B": [b_world(s) for s in spec.seeds],
-        },
-        epsilon,
-        float(stochastic["lam"]),
+            "A": [built[a_jobs[s, stochastic_horizon]]["stochastic"] for s in spec.seeds],
+            "B": [built[b_jobs[s]]["stochastic"] for s in spec.seeds],
+        }
     )
     moved = evidence.pop("moved")
     evidence["validator_moved_from_pihat_mean"] = float(np.mean(moved)) if moved else 0.0
@@ -231,18 +394,18 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         tuning=tuning,
         evidence=evidence,
         notes=notes(evidence),
+        jobs=summarise_jobs(ran),
     )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     return {"verdict": judgement.verdict, "results": results}
 
 
-def stochastic_report(worlds: dict[str, list], epsilon: float, lam: float) -> dict[str, Any]:
-    """The stochastic variant (stochastic.py) on each environment's worlds (one per seed),
-    reported, not judged: each rule's rates with 95% intervals over seeds and paired episodes,
-    and never-stopping sampled BC's test cost minus the method's."""
+def stochastic_report(runs_by_env: dict[str, list[dict]]) -> dict[str, Any]:
+    """The stochastic variant (stochastic.py, ``evaluate_stochastic`` on each environment's
+    worlds, one per seed), reported, not judged: each rule's rates with 95% intervals over seeds
+    and paired episodes, and never-stopping sampled BC's test cost minus the method's."""
     report: dict[str, Any] = {}
-    for env, env_worlds in worlds.items():
-        runs = [evaluate_stochastic(w, epsilon, lam) for w in env_worlds]
+    for env, runs in runs_by_env.items():
         rules = runs[0]["outcomes"]
         entry: dict[str, Any] = {
             "n_validators": [r["n_validators"] for r in runs],
