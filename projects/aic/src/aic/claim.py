@@ -64,7 +64,7 @@ from aic.tasks import Task, get_task  # noqa: E402
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
 from papers_eval.jobs import Job, run_jobs, runner_options, summarise_jobs  # noqa: E402
-from papers_eval.record import git_revision  # noqa: E402
+from papers_eval.record import code_revision  # noqa: E402
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
@@ -323,7 +323,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         fits,
         settings=settings,
         cache_dir=JOBS_DIR,
-        revision=git_revision(PROJECT),
+        revision=code_revision(PROJECT),
         label="aic",
         **runner_options(args, default_workers=2),
     )

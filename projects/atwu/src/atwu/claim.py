@@ -58,7 +58,7 @@ from papers_eval.jobs import (
     runner_options,
     summarise_jobs,
 )
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 from papers_eval.tuning import tuning_grids
 from papers_gpu import seed_everything
 
@@ -359,7 +359,7 @@ class Runner:
             jobs,
             settings=self.settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="atwu",
             **self.options,
         )

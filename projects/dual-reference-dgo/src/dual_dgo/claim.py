@@ -66,7 +66,7 @@ from papers_eval.claim_record import Replication
 from papers_eval.diagnosis import finding
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
 from papers_eval.mechanism import budget_evidence
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
@@ -806,7 +806,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     settings = dict(spec.settings)
     experiment = Experiment(
-        settings, runner_options(args, default_workers=2), git_revision(PROJECT)
+        settings, runner_options(args, default_workers=2), code_revision(PROJECT)
     )
     registered = experiment(spec, reported=True)
     judgement = judge(spec, registered["results"])

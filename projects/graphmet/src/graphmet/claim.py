@@ -50,7 +50,7 @@ from graphmet.model import GraphmetModule, build_model
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, line_plot, load_claim_spec, run_seeds, tune, write_claim
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
@@ -372,7 +372,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             todo,
             settings=settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="graphmet",
             threads=CPU_THREADS,
             **options,

@@ -63,7 +63,7 @@ from papers_eval.jobs import (
     runner_options,
     summarise_jobs,
 )
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 
 PROJECT = project_dir_of(__file__)
 CLAIM_FILE = PROJECT / "configs" / "claim.yaml"
@@ -332,7 +332,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             jobs,
             settings=settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="ibci-fewshot",
             **options,
         )

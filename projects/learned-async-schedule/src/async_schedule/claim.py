@@ -45,7 +45,7 @@ from papers_eval.jobs import (
     runner_options,
     summarise_jobs,
 )
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 
 PROJECT_DIR = project_dir_of(__file__)
 JOBS_DIR = PROJECT_DIR.parents[1] / "runs" / "learned-async-schedule" / "jobs"
@@ -131,7 +131,7 @@ class Runner:
             [Job(job_subject(f), s, {"flags": list(f)}, stages[f, s]) for f, s in todo],
             settings=self.job_settings(),
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT_DIR),
+            revision=code_revision(PROJECT_DIR),
             label="learned-async-schedule",
             **options,
         )

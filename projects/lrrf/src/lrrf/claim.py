@@ -36,7 +36,7 @@ from lrrf.model import LrrfModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import contrast_interval, judge, load_claim_spec, run_seeds, tune, write_claim
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 from papers_eval.tuning import tuning_grids
 
 PROJECT = project_dir_of(__file__)
@@ -137,7 +137,7 @@ def run_all(
         [Job(subject, seed, dict(params), stage) for subject, params, seed in runs],
         settings=settings,
         cache_dir=JOBS_DIR,
-        revision=git_revision(PROJECT),
+        revision=code_revision(PROJECT),
         label="lrrf",
         **options,
     )

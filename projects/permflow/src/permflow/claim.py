@@ -37,7 +37,7 @@ import torch  # noqa: E402
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
-from papers_eval.record import git_revision  # noqa: E402
+from papers_eval.record import code_revision  # noqa: E402
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from permflow.cli import PermFlowCLI  # noqa: E402
 from permflow.data import PermutationDataModule  # noqa: E402
@@ -144,7 +144,7 @@ class Runner:
             jobs,
             settings=self.settings,
             cache_dir=PROJECT.parents[1] / "runs" / "permflow" / "jobs",
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="permflow",
             **self.options,
         )

@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
-from papers_eval.record import git_revision  # noqa: E402
+from papers_eval.record import code_revision  # noqa: E402
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from rlawm import core, uses  # noqa: E402
 from rlawm.cli import RLACLI  # noqa: E402
@@ -655,7 +655,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             todo,
             settings=settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="rla-wm",
             **options,
         )

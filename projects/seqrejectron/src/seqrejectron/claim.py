@@ -52,7 +52,7 @@ import numpy as np
 from papers_cli import project_dir_of, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 from papers_eval.stats import contrast_interval
 from seqrejectron.experiment import (
     World,
@@ -289,7 +289,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             jobs,
             settings=settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="seqrejectron",
             **options,
         )

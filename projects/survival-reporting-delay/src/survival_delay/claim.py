@@ -46,7 +46,7 @@ from papers_eval import (
     write_claim,
 )
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 from papers_gpu import derived_seed
 from survival_delay.core import JointModel
 from survival_delay.experiments import (
@@ -234,7 +234,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             jobs,
             settings=settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT),
+            revision=code_revision(PROJECT),
             label="survival-reporting-delay",
             **options,
         )

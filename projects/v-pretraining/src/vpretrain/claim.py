@@ -37,7 +37,7 @@ from lightning.pytorch import Callback
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
-from papers_eval.record import git_revision
+from papers_eval.record import code_revision
 from vpretrain import core, evaluation
 from vpretrain.cli import VPretrainCLI
 from vpretrain.data import VPretrainDataModule
@@ -427,7 +427,7 @@ class Runner:
             [as_job(j, self.bases) for j in todo],
             settings=self.settings,
             cache_dir=JOBS_DIR,
-            revision=git_revision(PROJECT_DIR),
+            revision=code_revision(PROJECT_DIR),
             label="v-pretraining",
             **self.options,
         )

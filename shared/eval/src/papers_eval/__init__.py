@@ -65,6 +65,7 @@ _EXPORTS = {
     "pareto_plot": "plots",
     # papers_eval.record
     "RESULTS_FIELDS": "record",
+    "code_revision": "record",
     "git_revision": "record",
     "hardware_info": "record",
     "load_results": "record",
@@ -132,6 +133,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     from papers_eval.plots import line_plot, pareto_plot
     from papers_eval.record import (
         RESULTS_FIELDS,
+        code_revision,
         git_revision,
         hardware_info,
         load_results,
@@ -171,6 +173,7 @@ __all__ = [
     "TuningResult",
     "bootstrap_ci",
     "contrast_interval",
+    "code_revision",
     "format_value",
     "git_revision",
     "hardware_info",

@@ -7,7 +7,7 @@ top-level function ``fn(job, settings) -> value``::
 
     jobs = [Job("permflow", seed, {"lr": lr}, stage="tune") for lr in grid for seed in seeds]
     results = run_jobs(fit_one, jobs, settings=settings, cache_dir=RUNS / "jobs",
-                       revision=git_revision(PROJECT), label="permflow",
+                       revision=code_revision(PROJECT), label="permflow",
                        **runner_options(args, default_workers=2))
     by_job = {r.job: r.value for r in results}   # or zip(jobs, results): same order as jobs
     record["jobs"] = summarise_jobs(results)      # per-job wall time and peak memory
@@ -34,10 +34,12 @@ What it does, the same way for every project:
   function, subject, params, seed, stage, settings, revision). A rerun loads finished jobs
   instead of running them, so an interrupted ``reproduce`` continues where it stopped;
   ``fresh=True`` ignores the cache (and overwrites its entries). ``revision`` is the caller's
-  code revision (``papers_eval.record.git_revision``): a new commit starts a new cache. A
-  ``+dirty`` revision still caches, but the runner cannot tell one uncommitted edit from the next
-  under it: after editing code without committing, pass ``fresh=True`` (``reproduce --fresh``),
-  or put a hash of ``git diff`` into ``revision`` yourself.
+  code revision: projects pass ``papers_eval.record.code_revision(PROJECT)``, a hash of the
+  project folder's code, ``shared/`` and the lock at ``HEAD`` plus their uncommitted diff, so a
+  change to the code starts a new cache while a commit elsewhere in the repository (or of the
+  project's own ``results/`` and README) keeps it. With ``git_revision`` (the commit) instead,
+  every commit starts afresh and a ``+dirty`` revision cannot tell one uncommitted edit from the
+  next: pass ``fresh=True`` (``reproduce --fresh``) after such edits.
 - **Clusters.** ``scheduler="tcp://HOST:8786"`` sends the same jobs to a Dask cluster
   (``distributed.Client``); a ``Client``, or a cluster object with a ``scheduler_address`` (a
   ``LocalCluster``, dask-jobqueue's ``SLURMCluster``), is accepted too. Same cache, same
@@ -112,6 +114,7 @@ LIGHTNING_WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\)",  # a torch deprecation inside Lightning's _pytree
     r".*litlogger",
     r".*litmodels",
+    r".*You have overridden `transfer_batch_to_device` in `LightningModule`",  # a note, per fit
 )
 MEMORY_SAMPLE_S = 0.01  # the peak-RSS sampling interval
 CACHE_SCHEMA = 1  # part of every cache key: a change of the entry format starts a new cache

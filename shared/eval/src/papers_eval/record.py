@@ -10,6 +10,7 @@ to the protocol, and ``load_claim`` refuses it with a message naming the change.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import os
@@ -63,6 +64,51 @@ def git_revision(
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return rev + ("+dirty" if dirty else "")
+
+
+#: What a project's code is made of beside its own folder: the workspace packages and the lock.
+CODE_INPUTS = ("shared", "uv.lock", "pyproject.toml")
+
+
+def code_revision(project_dir: str | os.PathLike, *, inputs: Sequence[str] = CODE_INPUTS) -> str:
+    """A hash of the code a project's claim run executes: the key of its job cache.
+
+    ``git_revision`` changes with every commit, so a merge in another project (or committing
+    this project's own new ``results/``) would start every cache afresh. This hashes instead the
+    blob ids at ``HEAD`` of the project folder (its ``results/`` and Markdown files aside) and of
+    ``inputs`` at the repository root where they exist (``shared/``, ``uv.lock``, the root
+    ``pyproject.toml``), plus the uncommitted diff of those same paths (so two different
+    uncommitted edits get two keys; untracked files are not seen). Returns 16 hex digits, or
+    ``"unknown"`` outside a git checkout (the cache then cannot see code changes: use
+    ``--fresh``).
+    """
+    project = Path(project_dir).resolve()
+
+    def git(*argv: str) -> str:
+        return subprocess.run(
+            ["git", *argv], cwd=project, capture_output=True, text=True, check=True
+        ).stdout
+
+    try:
+        root = Path(git("rev-parse", "--show-toplevel").strip())
+        rel = project.relative_to(root).as_posix()
+        prefix = "" if rel == "." else f"{rel}/"
+        paths = [rel] + [name for name in inputs if prefix and (root / name).exists()]
+        listing = git("ls-tree", "-r", "--full-tree", "HEAD", "--", *paths)
+        kept = [
+            line
+            for line in listing.splitlines()
+            if not line.split("\t", 1)[1].startswith(f"{prefix}results/")
+            and not line.endswith(".md")
+        ]
+        skip = [f":(top,exclude){prefix}results", ":(top,exclude,glob)**/*.md"]
+        tops = [f":(top){'' if path == '.' else path}" for path in paths]
+        diff = git("diff", "HEAD", "--no-ext-diff", "--", *tops, *skip)
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return "unknown"
+    digest = hashlib.sha256("\n".join(kept).encode())
+    digest.update(b"\0" + diff.encode())
+    return digest.hexdigest()[:16]
 
 
 def hardware_info() -> dict[str, Any]:
