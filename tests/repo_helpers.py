@@ -225,6 +225,12 @@ def mutation_config_problems(folder: Path) -> list[str]:
         if f"src/{package}/{name}" not in targets
     ]
     problems += [f"only_mutate names missing {t}" for t in targets if not (folder / t).is_file()]
+    # mutmut's trampoline hides __init__'s frame from an argument-less save_hyperparameters()
+    problems += [
+        f"{t} calls save_hyperparameters() without arguments: pass init_arguments(locals())"
+        for t in targets
+        if (folder / t).is_file() and ".save_hyperparameters()" in (folder / t).read_text()
+    ]
     overlap = set(targets) & set(table.get("do_not_mutate", []))
     if overlap:
         problems.append(f"both only_mutate and do_not_mutate: {sorted(overlap)}")

@@ -128,6 +128,27 @@ def test_config_problems_name_missing_files_and_tests(tmp_path):
     ]
 
 
+def test_config_problems_name_a_module_that_reads_its_frame(tmp_path):
+    module = MODEL + "\n\nclass M:\n    def __init__(self, lr=1.0):\n"
+    files = {"src/tiny/core.py": CORE, "tests/test_core.py": WEAK_TEST}
+    files["tests/test_model.py"] = MODEL_TEST
+    project = write(
+        tmp_path / "tiny",
+        {
+            **files,
+            "pyproject.toml": PYPROJECT,
+            "src/tiny/model.py": module + "        self.save_hyperparameters()\n",
+        },
+    )
+    assert mutation_config_problems(project) == [
+        "src/tiny/model.py calls save_hyperparameters() without arguments: pass "
+        "init_arguments(locals())"
+    ]
+    explicit = module + "        self.save_hyperparameters(init_arguments(locals()))\n"
+    (project / "src/tiny/model.py").write_text(explicit)
+    assert mutation_config_problems(project) == []
+
+
 @needs_projects
 @pytest.mark.parametrize("folder", PROJECTS, ids=lambda p: p.name)
 def test_every_project_mutates_its_math_and_module_against_tests_that_exist(folder):

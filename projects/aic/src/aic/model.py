@@ -23,7 +23,7 @@ from aic.core import (
 )
 from aic.rl import A2CCollector, a2c_losses, evaluate_policy
 from aic.tasks import VOCAB, TaskName, get_task, obs_shape
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 
 
 class AicModule(LightningModule):
@@ -60,7 +60,10 @@ class AicModule(LightningModule):
         rl_seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         spec = get_task(task, env_id)
         self.spec = spec
         if mode == "a2c" and spec.domain != "grid":

@@ -31,7 +31,7 @@ from atwu.core import (
     scorer_loss,
 )
 from atwu.evaluate import evaluate_unlearning, rwku_scores, span_alignment, truth_ratios
-from papers_cli import ConfigError, UserError
+from papers_cli import ConfigError, UserError, init_arguments
 
 SAMPLE_LEVEL = ("ga", "graddiff", "npo", "simnpo")
 PROBABILITY_WEIGHTED = ("wga", "satimp")
@@ -139,7 +139,10 @@ class UnlearningModule(LightningModule):
                 f"model.hidden_size={hidden_size} must split into model.num_heads={num_heads} "
                 "heads of an even size (rotary positions rotate pairs); change one of them"
             )
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.automatic_optimization = False
         self.model = None
         # The retain model's forget-set truth ratios (from ``retain_checkpoint`` or set by the

@@ -45,7 +45,7 @@ from dual_dgo.vlm import (
     decode_responses,
     load_local,
 )
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 from papers_gpu import derived_seed, run_seed
 
 Objective = Literal[
@@ -96,7 +96,10 @@ class DualDgoModule(LightningModule):
         length_cost: NonNegativeFloat = 0.2,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.encoder = PromptEncoder(build_processor(checkpoint))
         tokenizer = self.encoder.tokenizer
         if checkpoint is None:

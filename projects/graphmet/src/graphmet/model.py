@@ -13,7 +13,7 @@ from graphmet.core import GraphWeatherModel, training_objective
 from graphmet.koopman import IdentityProcessor, KoopmanProcessor
 from graphmet.mesh import WeatherGraph
 from graphmet.metrics import activity, weighted_rmse
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 
 Processor = Literal["graphmet", "message_passing", "identity"]
 Pairing = Literal["auto", "modes", "channels"]
@@ -91,7 +91,10 @@ class GraphmetModule(LightningModule):
         ``spectral_weight``: beta of the FFT-amplitude loss G5 (the spectral-loss baseline);
         ``oneshot_weight``: gamma of the one-shot term G6 (GraphMet only; trains Eq. K5)."""
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.net = build_model(
             processor,
             channels,

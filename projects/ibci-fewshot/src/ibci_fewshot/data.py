@@ -25,7 +25,7 @@ from ibci_fewshot.core import encode_text
 from ibci_fewshot.nwb import HELD_IN, HELD_OUT, find_sessions, read_session, session_file
 from ibci_fewshot.nwb import write_session as write_nwb
 from ibci_fewshot.simulate import DriftScale, SessionSpec, simulate_sessions
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 from papers_data import EpochShuffle, cache_dir, config_hash, drawn_by_trainer, resolve_data_root
 from papers_gpu import run_seed
 
@@ -144,7 +144,10 @@ class IbciDataModule(LightningDataModule):
         seed: NonNegativeInt | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.sessions_ready = False
 
     # ---------------------------------------------------------------- sources

@@ -22,6 +22,7 @@ from torch import nn
 from ibci_fewshot import core
 from ibci_fewshot.core import AlignmentForm, GRUDecoder, SessionLayers
 from ibci_fewshot.metrics import Lexicon, session_rates
+from papers_cli.hparams import init_arguments
 
 
 def merge_batches(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -75,7 +76,10 @@ class IbciModule(LightningModule):
         deploy_lr_scale: PositiveFloat = 1.0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.decoder = GRUDecoder(
             channels, projection, hidden, layers, kernel, stride, dropout=dropout
         )

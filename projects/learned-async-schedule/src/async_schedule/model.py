@@ -46,7 +46,7 @@ from async_schedule.core import (
     schedule_time_grid,
 )
 from async_schedule.networks import DualTimeDiT
-from papers_cli import ConfigError, UserError
+from papers_cli import ConfigError, UserError, init_arguments
 
 # tau^p is convex (semantics lead) only for p >= 1; p = 1 is the synchronous schedule.
 PowerExponent = restricted_number_type(None, float, (">=", 1))  # unnamed: see papers-cli's README
@@ -95,7 +95,10 @@ class AsyncDiffusionModule(LightningModule):
         guidance_scale: NonNegativeFloat = 1.0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         if schedule == "frozen" and not (
             frozen_slopes
             and len(frozen_slopes) >= 2

@@ -30,7 +30,7 @@ from lrrf.baselines import (
 )
 from lrrf.data import SHAPES, Dataset
 from lrrf.networks import build_network
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 from papers_gpu import derived_seed, run_seed, seed_all_generators
 
 TrainAttack = Literal["linf", "l2", "l1", "fgsm"]
@@ -85,7 +85,10 @@ class LrrfModule(LightningModule):
         evaluate_tasks: bool = True,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         channels, size, classes, mean, std = SHAPES[dataset]
         if buffer_size < classes:
             raise ConfigError(

@@ -26,6 +26,7 @@ from monotone_preferences.core import (
     top_k_precision,
     violation_rate,
 )
+from papers_cli.hparams import init_arguments
 
 ESTIMATORS = {"robust": CrossFitRobust, "nnls": NonNegativeLinear, "isotonic": IsotonicRegressor}
 
@@ -47,15 +48,6 @@ def _to_numpy(state: Any) -> Any:
     return state
 
 
-def _builtin(value: Any) -> Any:
-    """jsonargparse's PositiveInt / PositiveFloat are int / float subclasses; a checkpoint read
-    with ``weights_only=True`` accepts only the builtin types among its hyper-parameters."""
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
-
-
 class MonotonePreferencesModule(LightningModule):
     """Fits one preference learner; every hyper-parameter is typed (bad values fail parsing)."""
 
@@ -70,7 +62,7 @@ class MonotonePreferencesModule(LightningModule):
         layers: PositiveInt = 2,
         lr: PositiveFloat = 0.01,
     ) -> None:
-        arguments = {k: _builtin(v) for k, v in locals().items() if k not in ("self", "__class__")}
+        arguments = init_arguments(locals())  # builtins (papers_cli.hparams)
         super().__init__()
         # Given explicitly rather than read from the caller's frame: the mutation lane wraps
         # __init__ in a trampoline, and the frame Lightning would inspect is then the wrapper's.

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 from permflow import baselines, core
 from permflow.data import PermutationSize, Task
 from permflow.evaluate import LOGGED_METRICS, permutation_metrics
@@ -69,7 +69,10 @@ class PermutationModel(L.LightningModule):
                 f"model.width={width} must be a multiple of model.heads={heads} (each attention "
                 "head gets width / heads channels); change one of them"
             )
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         flow = method == "permflow"
         if task == "sorting":
             self.net = SortingNet(

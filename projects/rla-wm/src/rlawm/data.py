@@ -28,6 +28,8 @@ import torch
 from jsonargparse.typing import NonNegativeInt, NotEmptyStr, PositiveInt
 from torch.utils.data import DataLoader, IterableDataset
 
+from papers_cli.hparams import init_arguments
+
 # before any MuJoCo renderer exists (see rlawm.encoder)
 from rlawm import encoder as vit
 from rlawm.formats import (
@@ -132,7 +134,10 @@ class PushWorldDataModule(L.LightningDataModule):
         seed: NonNegativeInt = 0,
     ):
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         if source != "push" and data_dir is None:
             raise DataFormatError(
                 f"data.source={source} reads real episodes: set --data.data_dir to "

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
+from papers_cli.hparams import init_arguments
 from rlawm import core
 from rlawm.baselines import RegressionWorldModel, RLARegressor, TokenFlowWorldModel
 from rlawm.evaluate import predict_rollouts, score_rollouts
@@ -51,7 +52,10 @@ class WorldModelModule(L.LightningModule):
         noise_seed: NonNegativeInt = 0,
     ):
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.automatic_optimization = False
         self.rla = None
         if method in USES_RLA:

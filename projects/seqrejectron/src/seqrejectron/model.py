@@ -19,6 +19,7 @@ from jsonargparse.typing import NonNegativeFloat, OpenUnitInterval, PositiveFloa
 from lightning.pytorch import LightningModule
 from torch import nn
 
+from papers_cli.hparams import init_arguments
 from seqrejectron.core import (
     INF,
     check_epsilon,
@@ -46,7 +47,10 @@ class SeqRejectronModule(LightningModule):
     ) -> None:
         super().__init__()
         check_epsilon(epsilon)
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.pihat = make_policy(in_features, hidden, n_actions)
         self.candidate = make_policy(in_features, hidden, n_actions)
         self.max_validators = math.ceil(1 / epsilon)

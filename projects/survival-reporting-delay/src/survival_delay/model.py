@@ -32,7 +32,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt, rest
 from lightning.pytorch import LightningModule
 from torch import nn
 
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 from survival_delay.core import JointModel
 from survival_delay.fitting import (
     MCEMSchedule,
@@ -68,7 +68,10 @@ class JointHazardModule(LightningModule):
         gamma_prior_sd: PositiveFloat | None = 1.0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         if start_draws > max_draws:
             raise ConfigError(
                 f"model.start_draws={start_draws} exceeds model.max_draws={max_draws}; the Monte "

@@ -27,7 +27,7 @@ from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from papers_cli import ConfigError
+from papers_cli import ConfigError, init_arguments
 from vpretrain import baselines, core, formats
 
 Arm = Literal["vpretrain", "random_gradient", "plain", "fixed_soft", "alignment_reweight", "oracle"]
@@ -104,7 +104,10 @@ class VPretrainModule(LightningModule):
         attn_implementation: Attention = "eager",
     ):
         super().__init__()
-        self.save_hyperparameters()
+        # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
+        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
+        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        self.save_hyperparameters(init_arguments(locals()))
         self.automatic_optimization = False
         formats.check_top_k(top_k, vocab_size)
         if arm == "fixed_soft" and not 0 <= fixed_mixing <= 1:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from papers_cli.errors import ConfigError, UserError, user_errors
+    from papers_cli.hparams import init_arguments
     from papers_cli.lightning_cli import (
         PapersCLI,
         RunSummary,
@@ -32,6 +33,7 @@ _SUBMODULE_OF = {
     "ConfigError": "errors",
     "UserError": "errors",
     "user_errors": "errors",
+    "init_arguments": "hparams",
     "PapersCLI": "lightning_cli",
     "RunSummary": "lightning_cli",
     "cli_main": "lightning_cli",
@@ -50,6 +52,7 @@ __all__ = [
     "UserError",
     "cli_main",
     "find_project",
+    "init_arguments",
     "project_dir_of",
     "quiet_fit",
     "reproduce_parser",
