@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -19,8 +20,10 @@ class _Module(LightningModule):
 
 
 def test_jsonargparse_numbers_become_builtins_inside_containers():
-    value = builtin({"a": PositiveInt(3), "b": [PositiveFloat(0.5), "x", True], "c": (1, None)})
-    assert value == {"a": 3, "b": [0.5, "x", True], "c": (1, None)}
+    value = builtin(
+        {"a": PositiveInt(3), "b": [PositiveFloat(0.5), "x", True], "c": (1, None), "p": Path("/d")}
+    )
+    assert value == {"a": 3, "b": [0.5, "x", True], "c": (1, None), "p": "/d"}
     assert type(value["a"]) is int and type(value["b"][0]) is float
     assert type(value["b"][2]) is bool and type(value["c"]) is tuple
 

@@ -8,20 +8,25 @@ run. Projects therefore write, as the first statement after ``super().__init__()
     self.save_hyperparameters(init_arguments(locals()))
 
 which also turns jsonargparse's ``PositiveInt``/``PositiveFloat`` (``int``/``float``
-subclasses) into the builtin types: a checkpoint loaded with ``weights_only=True`` (the torch
-default, and Lightning's resume) refuses any other class among its hyper-parameters.
+subclasses) into the builtin types, and paths into strings: a checkpoint loaded with
+``weights_only=True`` (the torch default, and Lightning's resume) refuses any other class among
+its hyper-parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 _NOT_ARGUMENTS = ("self", "__class__")
 
 
 def builtin(value: Any) -> Any:
-    """``value`` with int/float/str/bool subclasses made builtin, inside lists, tuples and dicts."""
+    """``value`` with int/float/str/bool subclasses made builtin and paths made ``str``, inside
+    lists, tuples and dicts (a path argument is read back through ``Path(...)`` where used)."""
+    if isinstance(value, PurePath):
+        return str(value)
     if isinstance(value, bool):
         return bool(value)
     for kind in (int, float, str):
