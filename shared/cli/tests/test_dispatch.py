@@ -92,10 +92,10 @@ def test_outside_a_project_lists_the_projects_fast_without_importing_torch(
 
 def test_every_public_name_of_the_lazy_package_resolves_to_its_submodule_object():
     import papers_cli
-    from papers_cli import errors, lightning_cli, projects
+    from papers_cli import errors, hparams, lightning_cli, projects
 
     for name in papers_cli.__all__:
-        owner = next(m for m in (errors, lightning_cli, projects) if hasattr(m, name))
+        owner = next(m for m in (errors, hparams, lightning_cli, projects) if hasattr(m, name))
         assert getattr(papers_cli, name) is getattr(owner, name), name
     assert set(papers_cli.__all__) <= set(dir(papers_cli))
     with pytest.raises(AttributeError, match="no_such_name"):
