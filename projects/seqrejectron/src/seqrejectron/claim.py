@@ -497,35 +497,61 @@ def experiment(spec, run) -> Experiment:
 def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
     """Findings for a verdict that is not ``held``, each citing the record's numbers:
 
+    - a precondition, or a method check the oracle stop fails too, whose bar every seed clears
+      while the Student-t interval over the seed means does not: ``check`` (3 seeds whose
+      layouts differ in how much the shift costs BC);
     - a failed check whose gap closes at twice the search steps (the budget evidence):
       ``implementation`` (the search had not converged);
-    - ``flat_in_horizon`` failed while every seed's slope is under the bar (in the seed set
-      that failed): ``check`` (a 3-seed t interval on a max-|slope| statistic);
-    - ``executes`` failed while the oracle stop passes it: ``idea`` (validators constrained
-      only by train agreement stop novel states whether or not pi-hat is right there);
+    - ``flat_in_horizon`` failed while every seed's slope is under the bar: ``check`` (a 3-seed
+      t interval on a max-|slope| statistic);
+    - the (B) guard: the method executes none of the test episodes the oracle stop runs:
+      ``idea`` (validators constrained only by train agreement stop novel states whether or not
+      pi-hat is right there);
     - anything else: ``undetermined``, citing the method's value.
     """
     if record["verdict"] in ("held", "held, not replicated"):
         return []
     method, findings = spec.method, []
+    sets = [("", record)]
+    if record.get("replication", {}).get("run"):
+        sets.append(("replication.", record["replication"]))
+    for prefix, part in sets:
+        outcomes = part["preconditions"]  # a list in the record, a dict in its replication
+        for index, pre in enumerate(record["preconditions"]):
+            outcome = outcomes[index] if isinstance(outcomes, list) else outcomes[pre["name"]]
+            per_seed = part["metrics"][pre["subject"]][pre["metric"]]["per_seed"]
+            if outcome["passed"] or pre["threshold"] is None:
+                continue
+            where = index if isinstance(outcomes, list) else pre["name"]
+            clears = all((v > pre["threshold"]) == (pre["goal"] == "higher") for v in per_seed)
+            cause = "check" if clears else "undetermined"
+            findings.append(
+                finding(
+                    cause,
+                    f"precondition {pre['name']} ({prefix or 'registered '}seeds): "
+                    + (
+                        f"{pre['subject']}'s {pre['metric']} clears {pre['threshold']:g} at "
+                        "every seed, but the t interval over 3 seed means reaches past it (the "
+                        "layouts differ in how much the shift costs BC)"
+                        if clears
+                        else "not met at every seed"
+                    ),
+                    (f"{prefix}preconditions.{where}.advantage.ci.0", "interval's low end"),
+                    *[
+                        (f"{prefix}metrics.{pre['subject']}.{pre['metric']}.per_seed.{i}", "a seed")
+                        for i in range(len(per_seed))
+                    ],
+                )
+            )
     budget = record.get("budget") or {}
     checks = {c.name: c for c in spec.checks}
     for name in failed:
         check = checks[name]
-        sets = [("", record)]
-        if record.get("replication", {}).get("run"):
-            sets.append(("replication.", record["replication"]))
-        failing = [
-            (prefix, part) for prefix, part in sets if not part["outcomes"][method][name]["passed"]
-        ]
+        failing = [(p, part) for p, part in sets if not part["outcomes"][method][name]["passed"]]
         if not failing:
             continue
         prefix, part = failing[0]
         value = (f"{prefix}metrics.{method}.{check.metric}.mean", f"the method's {check.metric}")
-        advantage = (
-            f"{prefix}outcomes.{method}.{name}.advantage.estimate",
-            "the check's advantage (must clear 0 with its whole interval)",
-        )
         if budget.get("check") == name and budget.get("gap_closes"):
             findings.append(
                 finding(
@@ -534,6 +560,17 @@ def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
                     "steps, so the registered budget had not converged",
                     ("budget.gap.1", "gap at 1x"),
                     ("budget.gap.2", "gap at 2x"),
+                )
+            )
+        elif not part["outcomes"]["oracle_stop"][name]["passed"]:
+            findings.append(
+                finding(
+                    "check",
+                    f"{name}: the oracle stop fails it too, so the check cannot be passed on "
+                    "these seeds by any stop rule",
+                    value,
+                    (f"{prefix}outcomes.oracle_stop.{name}.advantage.ci.0", "oracle's low end"),
+                    (f"{prefix}outcomes.{method}.{name}.advantage.ci.0", "method's low end"),
                 )
             )
         elif (
@@ -552,19 +589,33 @@ def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
                     (f"{prefix}outcomes.{method}.{name}.advantage.ci.0", "interval's low end"),
                 )
             )
-        elif name.endswith("executes") and part["outcomes"]["oracle_stop"][name]["passed"]:
+        else:
+            findings.append(
+                finding(
+                    "undetermined",
+                    f"{name}: no measured cause",
+                    value,
+                    (f"{prefix}outcomes.{method}.{name}.advantage.estimate", "the advantage"),
+                )
+            )
+    for guard in spec.settings.get("guards", []):
+        metric = guard["metric"]
+        ours = record["metrics"][method][metric]["mean"]
+        oracle = record["metrics"]["oracle_stop"][metric]["mean"]
+        if ours is not None and oracle is not None and ours < 0.5 * oracle:
             findings.append(
                 finding(
                     "idea",
-                    f"{name}: the method stops test episodes the oracle stop runs to the end; "
+                    f"guard {guard['name']} (reported, not judged): the method runs "
+                    f"{ours:.3f} of the test episodes to the end, the oracle stop {oracle:.3f}; "
                     "validators constrained only by train agreement disagree with pi-hat on "
-                    "novel states whether or not pi-hat is right there",
-                    value,
-                    (f"{prefix}metrics.oracle_stop.{check.metric}.mean", "oracle stop's"),
+                    "novel states whether or not pi-hat is right there (novelty does the same: "
+                    "metrics.novelty)",
+                    (f"metrics.{method}.{metric}.mean", "the method's"),
+                    (f"metrics.oracle_stop.{metric}.mean", "the oracle stop's"),
+                    (f"metrics.novelty.{metric}.mean", "1-NN novelty's"),
                 )
             )
-        else:
-            findings.append(finding("undetermined", f"{name}: no measured cause", value, advantage))
     return findings
 
 
