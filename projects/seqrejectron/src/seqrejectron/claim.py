@@ -569,8 +569,8 @@ def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
                     f"{name}: the oracle stop fails it too, so the check cannot be passed on "
                     "these seeds by any stop rule",
                     value,
-                    (f"{prefix}outcomes.oracle_stop.{name}.advantage.ci.0", "oracle's low end"),
-                    (f"{prefix}outcomes.{method}.{name}.advantage.ci.0", "method's low end"),
+                    (f"{prefix}outcomes.oracle_stop.{name}.advantage.estimate", "oracle's"),
+                    (f"{prefix}outcomes.{method}.{name}.advantage.estimate", "method's"),
                 )
             )
         elif (
