@@ -51,15 +51,20 @@ import numpy as np
 
 from papers_cli import project_dir_of, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval.claim_record import Replication
+from papers_eval.diagnosis import finding
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.mechanism import budget_evidence
 from papers_eval.record import code_revision
 from papers_eval.stats import contrast_interval
 from seqrejectron.experiment import (
+    SEARCH_STEPS,
     World,
     WorldConfig,
     build_world,
     episode_metrics,
     fit,
+    tuning_score,
     world_summary,
 )
 from seqrejectron.pointmaze import SIZES_B, build_pointmaze_world, pointmaze_summary, tune_lam_b
@@ -87,7 +92,7 @@ METRICS = (
     "test_cost",
     "test_executed",
     "horizon_slope",
-    "val_cost_plus_stop",
+    "val_tuning_score",
     "b_train_stop",
     "b_test_cost",
     "b_test_executed",
@@ -160,20 +165,21 @@ def load_world(key: str) -> World:
 
 def tune_job(job: Job, settings: dict[str, Any]) -> float:
     """One (A) tuning configuration on its world (the first seed, the tuning horizon): the
-    validation test cost plus train stop rate."""
+    validation ``tuning_score`` (test cost + train stop - weight x executed test share)."""
     world = load_world(job.params["world"])
     params = dict(job.params["params"])
     method_params = params if job.subject == "seqrejectron" else {}
     fitted = fit(world, job.subject, float(settings["epsilon"]), params, method_params)
     outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
-    return float(outcome["test_cost"].mean() + outcome["train_stop"].mean())
+    return tuning_score(outcome, float(settings["tuning_executed_weight"]))
 
 
 def tune_b_job(job: Job, settings: dict[str, Any]) -> tuple[float, dict]:
     """Lambda of the validator search ``job.subject`` for (B), over every seed's (B) world."""
     worlds = [load_world(key) for key in job.params["worlds"]]
     lams = tuple(float(lam) for lam in settings["pointmaze"]["lam_grid"])
-    return tune_lam_b(worlds, job.subject, float(settings["epsilon"]), lams)
+    weight = float(settings["tuning_executed_weight"])
+    return tune_lam_b(worlds, job.subject, float(settings["epsilon"]), lams, weight)
 
 
 def subject_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +228,7 @@ def subject_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
     world = load_world(p["tuning_world"])
     fitted = fit(world, subject, epsilon, params, method_params)
     val = episode_metrics(fitted.rule, world.val_p, world.val_q)
-    out["val_cost_plus_stop"] = float(val["test_cost"].mean() + val["train_stop"].mean())
+    out["val_tuning_score"] = tuning_score(val, float(settings["tuning_executed_weight"]))
     if subject in NOT_ON_B:  # not run on (B): recorded as NaN (null in claim.json)
         out.update({metric: float("nan") for metric in B_METRICS})
         report["pointmaze"] = {"rounds": {}, "epsilon_sweep": {}}
@@ -258,8 +264,45 @@ def run_b(job: Job, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
     return out, report
 
 
+def budget_job(job: Job, settings: dict[str, Any]) -> float:
+    """The budget evidence's one point: ``job.subject`` on one seed with the validator search
+    run for ``multiplier`` x its registered steps (the baselines calibrate to that method fit),
+    returning the failed check's metric (pooled (A) metrics and the horizon slope, or (B)'s)."""
+    p, epsilon = job.params, float(settings["epsilon"])
+    steps = {"steps": round(p["multiplier"] * SEARCH_STEPS)}
+    metric = p["metric"]
+    if metric.startswith("b_"):
+        world = load_world(p["b_world"])
+        params, method_params = {**p["b_params"], **steps}, {**p["b_method_params"], **steps}
+        fitted = fit(world, job.subject, epsilon, params, method_params)
+        return float(episode_metrics(fitted.rule, world.eval_p, world.eval_q)[metric[2:]].mean())
+    params, method_params = {**p["params"], **steps}, {**p["method_params"], **steps}
+    pooled: dict[str, list] = {}
+    rates: dict[str, dict[int, float]] = {"train_stop": {}, "test_cost": {}}
+    for horizon in [int(h) for h in settings["horizons"]]:
+        world = load_world(p["worlds"][str(horizon)])
+        outcome = episode_metrics(
+            fit(world, job.subject, epsilon, params, method_params).rule,
+            world.eval_p,
+            world.eval_q,
+        )
+        for key, values in outcome.items():
+            pooled.setdefault(key, []).append(values)
+        for key in rates:
+            rates[key][horizon] = float(outcome[key].mean())
+    if metric == "horizon_slope":
+        return max(abs(horizon_slope(r)) for r in rates.values())
+    return float(np.concatenate(pooled[metric]).mean())
+
+
 # Each job's stage names the function that runs it.
-STAGES = {"world": world_job, "tune": tune_job, "tune_b": tune_b_job, "test": subject_job}
+STAGES = {
+    "world": world_job,
+    "tune": tune_job,
+    "tune_b": tune_b_job,
+    "test": subject_job,
+    "budget": budget_job,
+}
 
 
 def claim_job(job: Job, settings: dict[str, Any]) -> Any:
@@ -271,19 +314,29 @@ def pointmaze_sizes(settings: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     return tuple((k, int(settings["pointmaze"][k])) for k in SIZES_B)
 
 
+@dataclasses.dataclass
+class Experiment:
+    """One seed set's run: the tuning, per-seed results, evidence and the jobs' inputs."""
+
+    tuning: Any
+    results: dict[str, Any]
+    evidence: dict[str, Any]
+    config: dict[str, Any]
+    subject_params: Any  # (subject, seed) -> the params of its test job
+
+
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Tune on validation, run every subject on every seed and horizon, judge, write results/."""
+    """Tune on validation, run every subject on every seed and horizon, judge; with
+    ``--replicate`` the same on the replication seeds; the budget evidence and the diagnosis
+    when the method fails a check; write results/."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
     args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
-    settings = dict(spec.settings)
-    horizons = [int(h) for h in settings["horizons"]]
-    tuning_horizon = int(settings["tuning_horizon"])
     options = runner_options(args, default_workers=2)
     ran: list[JobResult] = []
 
-    def run(jobs: list[Job]) -> dict[Job, Any]:
+    def run(jobs: list[Job], settings: dict[str, Any]) -> dict[Job, Any]:
         results = run_jobs(
             claim_job,
             jobs,
@@ -296,6 +349,67 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         ran.extend(results)
         return {r.job: r.value for r in results}
 
+    registered = experiment(spec, run)
+    judgement = judge(spec, registered.results)
+    replication = None
+    if args.replicate:
+        rspec = spec.for_replication()
+        replicated = experiment(rspec, run)
+        replication = Replication(
+            rspec, replicated.results, judge(rspec, replicated.results), replicated.tuning
+        )
+        registered.evidence["replication"] = {
+            k: replicated.evidence[k] for k in ("worlds", "pointmaze", "stochastic")
+        }
+    judgements = [judgement] + ([replication.judgement] if replication else [])
+    failed = [
+        c
+        for c in spec.checks
+        if any(not j.outcomes[spec.method][c.name].passed for j in judgements)
+    ]
+    budget = method_budget(spec, registered, failed[0], run) if failed else None
+    write_claim(
+        args.out,
+        project="seqrejectron",
+        spec=spec,
+        results=registered.results,
+        judgement=judgement,
+        replication=replication,
+        config={**registered.config, "quick": args.quick},
+        wall_time_s=time.perf_counter() - start,
+        tuning=registered.tuning,
+        evidence=registered.evidence,
+        notes=notes(registered.evidence, registered.results, spec),
+        jobs=summarise_jobs(ran),
+        budget=budget,
+        diagnosis=functools.partial(diagnose, spec=spec, failed=[c.name for c in failed]),
+    )
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    return {"verdict": judgement.verdict, "results": registered.results}
+
+
+def method_budget(spec, registered: Experiment, check, run) -> dict[str, Any]:
+    """The budget evidence for the first failed check: the method and its rival (the check's
+    reference, or 1-NN novelty for a threshold check: the strongest detector of unseen states)
+    at 1x and 2x the validator search's steps, on the first registered seed."""
+    rival = check.against[0] if check.against else "novelty"
+    seed = spec.seeds[0]
+
+    def point(subject: str, multiplier: float, seed: int) -> float:
+        params = {**registered.subject_params(subject, seed), "metric": check.metric}
+        job = Job(subject, seed, {**params, "multiplier": multiplier}, "budget")
+        return run([job], dict(spec.settings))[job]
+
+    evidence = budget_evidence(point, method=spec.method, rival=rival, goal=check.goal, seed=seed)
+    return {"check": check.name, "metric": check.metric, **evidence}
+
+
+def experiment(spec, run) -> Experiment:
+    """Build the worlds, tune, and run every subject on every seed of ``spec``."""
+    settings = dict(spec.settings)
+    horizons = [int(h) for h in settings["horizons"]]
+    tuning_horizon = int(settings["tuning_horizon"])
+
     # ---- the worlds: (B) first, the longest to build
     a_horizons = sorted({*horizons, tuning_horizon, int(settings["stochastic"]["horizon"])})
     b_jobs = {seed: Job("pointmaze", seed, {}, "world") for seed in spec.seeds}
@@ -304,7 +418,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         for seed in spec.seeds
         for h in a_horizons
     }
-    built = run([*b_jobs.values(), *a_jobs.values()])
+    built = run([*b_jobs.values(), *a_jobs.values()], settings)
     a_worlds = {key: store_world(built[job]["world"]) for key, job in a_jobs.items()}
     b_worlds = {seed: store_world(built[job]["world"]) for seed, job in b_jobs.items()}
 
@@ -321,7 +435,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         for name in ("seqrejectron", "per_step_rejectron")
     }
     scored = run(
-        [tuning_job(s, p) for s, grid in grids.items() for p in grid] + [*b_tuning.values()]
+        [tuning_job(s, p) for s, grid in grids.items() for p in grid] + [*b_tuning.values()],
+        settings,
     )
     tuning = tune(spec, lambda subject, params, seed: scored[tuning_job(subject, params)])
     method_params = dict(tuning.best.get("seqrejectron", {}))
@@ -331,27 +446,25 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     for name, job in b_tuning.items():
         best, scores = scored[job]
         b_params[name] = {"lam": best}
-        evidence["pointmaze"]["tuning"][name] = {"chosen": best, "val_cost_plus_stop": scores}
+        evidence["pointmaze"]["tuning"][name] = {"chosen": best, "val_tuning_score": scores}
 
     # ---- every subject on every seed
-    def subject_run(subject: str, seed: int) -> Job:
+    def subject_params(subject: str, seed: int) -> dict[str, Any]:
         params = dict(tuning.best.get(subject, {}))
-        return Job(
-            subject,
-            seed,
-            {
-                "params": params,
-                "method_params": method_params,
-                "worlds": {str(h): a_worlds[seed, h] for h in horizons},
-                "tuning_world": a_worlds[seed, tuning_horizon],
-                "b_params": b_params.get(subject, params),
-                "b_method_params": b_params["seqrejectron"],
-                "b_world": b_worlds[seed],
-            },
-            "test",
-        )
+        return {
+            "params": params,
+            "method_params": method_params,
+            "worlds": {str(h): a_worlds[seed, h] for h in horizons},
+            "tuning_world": a_worlds[seed, tuning_horizon],
+            "b_params": b_params.get(subject, params),
+            "b_method_params": b_params["seqrejectron"],
+            "b_world": b_worlds[seed],
+        }
 
-    done = run([subject_run(s, seed) for seed in spec.seeds for s in spec.subjects])
+    def subject_run(subject: str, seed: int) -> Job:
+        return Job(subject, seed, subject_params(subject, seed), "test")
+
+    done = run([subject_run(s, seed) for seed in spec.seeds for s in spec.subjects], settings)
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
         # in run_seeds' order (seed, then subject), the order the evidence was always kept in
@@ -368,7 +481,6 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         return done[subject_run(subject, seed)]["metrics"]
 
     results = run_seeds(spec, run_one)
-    judgement = judge(spec, results)
     stochastic_horizon = int(settings["stochastic"]["horizon"])
     evidence["stochastic"] = stochastic_report(
         {
@@ -378,26 +490,133 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     )
     moved = evidence.pop("moved")
     evidence["validator_moved_from_pihat_mean"] = float(np.mean(moved)) if moved else 0.0
-    write_claim(
-        args.out,
-        project="seqrejectron",
-        spec=spec,
-        results=results,
-        judgement=judgement,
-        config={
-            "settings": settings,
-            "quick": args.quick,
-            "method_params": method_params,
-            "pointmaze_params": b_params,
-        },
-        wall_time_s=time.perf_counter() - start,
-        tuning=tuning,
-        evidence=evidence,
-        notes=notes(evidence),
-        jobs=summarise_jobs(ran),
-    )
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    return {"verdict": judgement.verdict, "results": results}
+    config = {"settings": settings, "method_params": method_params, "pointmaze_params": b_params}
+    return Experiment(tuning, results, evidence, config, subject_params)
+
+
+def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
+    """Findings for a verdict that is not ``held``, each citing the record's numbers:
+
+    - a precondition, or a method check the oracle stop fails too, whose bar every seed clears
+      while the Student-t interval over the seed means does not: ``check`` (3 seeds whose
+      layouts differ in how much the shift costs BC);
+    - a failed check whose gap closes at twice the search steps (the budget evidence):
+      ``implementation`` (the search had not converged);
+    - ``flat_in_horizon`` failed while every seed's slope is under the bar: ``check`` (a 3-seed
+      t interval on a max-|slope| statistic);
+    - the (B) guard: the method executes none of the test episodes the oracle stop runs:
+      ``idea`` (validators constrained only by train agreement stop novel states whether or not
+      pi-hat is right there);
+    - anything else: ``undetermined``, citing the method's value.
+    """
+    if record["verdict"] in ("held", "held, not replicated"):
+        return []
+    method, findings = spec.method, []
+    sets = [("", record)]
+    if record.get("replication", {}).get("run"):
+        sets.append(("replication.", record["replication"]))
+    for prefix, part in sets:
+        outcomes = part["preconditions"]  # a list in the record, a dict in its replication
+        for index, pre in enumerate(record["preconditions"]):
+            outcome = outcomes[index] if isinstance(outcomes, list) else outcomes[pre["name"]]
+            per_seed = part["metrics"][pre["subject"]][pre["metric"]]["per_seed"]
+            if outcome["passed"] or pre["threshold"] is None:
+                continue
+            where = index if isinstance(outcomes, list) else pre["name"]
+            clears = all((v > pre["threshold"]) == (pre["goal"] == "higher") for v in per_seed)
+            cause = "check" if clears else "undetermined"
+            findings.append(
+                finding(
+                    cause,
+                    f"precondition {pre['name']} ({prefix or 'registered '}seeds): "
+                    + (
+                        f"{pre['subject']}'s {pre['metric']} clears {pre['threshold']:g} at "
+                        "every seed, but the t interval over 3 seed means reaches past it (the "
+                        "layouts differ in how much the shift costs BC)"
+                        if clears
+                        else "not met at every seed"
+                    ),
+                    (f"{prefix}preconditions.{where}.advantage.ci.0", "interval's low end"),
+                    *[
+                        (f"{prefix}metrics.{pre['subject']}.{pre['metric']}.per_seed.{i}", "a seed")
+                        for i in range(len(per_seed))
+                    ],
+                )
+            )
+    budget = record.get("budget") or {}
+    checks = {c.name: c for c in spec.checks}
+    for name in failed:
+        check = checks[name]
+        failing = [(p, part) for p, part in sets if not part["outcomes"][method][name]["passed"]]
+        if not failing:
+            continue
+        prefix, part = failing[0]
+        value = (f"{prefix}metrics.{method}.{check.metric}.mean", f"the method's {check.metric}")
+        if budget.get("check") == name and budget.get("gap_closes"):
+            findings.append(
+                finding(
+                    "implementation",
+                    f"{name}: the method's gap to {budget['rival']} closes at 2x the search "
+                    "steps, so the registered budget had not converged",
+                    ("budget.gap.1", "gap at 1x"),
+                    ("budget.gap.2", "gap at 2x"),
+                )
+            )
+        elif not part["outcomes"]["oracle_stop"][name]["passed"]:
+            findings.append(
+                finding(
+                    "check",
+                    f"{name}: the oracle stop fails it too, so the check cannot be passed on "
+                    "these seeds by any stop rule",
+                    value,
+                    (f"{prefix}outcomes.oracle_stop.{name}.advantage.estimate", "oracle's"),
+                    (f"{prefix}outcomes.{method}.{name}.advantage.estimate", "method's"),
+                )
+            )
+        elif (
+            name == "flat_in_horizon"
+            and check.threshold is not None
+            and all(v < check.threshold for v in part["metrics"][method][check.metric]["per_seed"])
+        ):
+            seeds = part["metrics"][method][check.metric]["per_seed"]
+            findings.append(
+                finding(
+                    "check",
+                    f"{name}: every seed's slope is under {check.threshold:g} (max "
+                    f"{max(seeds):.3f}), but the Student-t interval over 3 seeds of the "
+                    "max-|slope| statistic reaches past the bar",
+                    value,
+                    (f"{prefix}outcomes.{method}.{name}.advantage.ci.0", "interval's low end"),
+                )
+            )
+        else:
+            findings.append(
+                finding(
+                    "undetermined",
+                    f"{name}: no measured cause",
+                    value,
+                    (f"{prefix}outcomes.{method}.{name}.advantage.estimate", "the advantage"),
+                )
+            )
+    for guard in spec.settings.get("guards", []):
+        metric = guard["metric"]
+        ours = record["metrics"][method][metric]["mean"]
+        oracle = record["metrics"]["oracle_stop"][metric]["mean"]
+        if ours is not None and oracle is not None and ours < 0.5 * oracle:
+            findings.append(
+                finding(
+                    "idea",
+                    f"guard {guard['name']} (reported, not judged): the method runs "
+                    f"{ours:.3f} of the test episodes to the end, the oracle stop {oracle:.3f}; "
+                    "validators constrained only by train agreement disagree with pi-hat on "
+                    "novel states whether or not pi-hat is right there (novelty does the same: "
+                    "metrics.novelty)",
+                    (f"metrics.{method}.{metric}.mean", "the method's"),
+                    (f"metrics.oracle_stop.{metric}.mean", "the oracle stop's"),
+                    (f"metrics.novelty.{metric}.mean", "1-NN novelty's"),
+                )
+            )
+    return findings
 
 
 def stochastic_report(runs_by_env: dict[str, list[dict]]) -> dict[str, Any]:
@@ -425,9 +644,17 @@ def stochastic_report(runs_by_env: dict[str, list[dict]]) -> dict[str, Any]:
     return report
 
 
-def notes(evidence: dict[str, Any]) -> list[str]:
+def notes(evidence: dict[str, Any], results, spec) -> list[str]:
     worlds = evidence["worlds"].values()
-    return [
+    guards = [
+        f"Guard {g['name']} (reported, never judged; {g['where']}): "
+        + ", ".join(
+            f"{subject} {np.mean(results[subject][g['metric']]):.3f}"
+            for subject in (spec.method, "oracle_stop", "novelty", "bc")
+        )
+        for g in spec.settings.get("guards", [])
+    ]
+    return guards + [
         "Precondition (the shift matters): BC's train cost "
         f"{np.mean([w['bc_train_cost'] for w in worlds]):.3f} vs test cost "
         f"{np.mean([w['bc_test_cost'] for w in worlds]):.3f}; share of test expert states whose "

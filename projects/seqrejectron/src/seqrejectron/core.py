@@ -93,6 +93,24 @@ def validator_score(
     return cut - lam * train, cut, train
 
 
+def accepts(score: float, train_rate: float, epsilon: float) -> bool:
+    """The loop's acceptance rule [R]: a candidate joins V when S(v) > epsilon (Eq. 2) and it
+    disagrees with the expert on at most epsilon/2 of the train trajectories (the design note's
+    explicit train-agreement check); otherwise the search ends."""
+    return score > epsilon and train_rate <= epsilon / 2
+
+
+def prefix_lengths(taus: np.ndarray, lengths: Sequence[int]) -> list[int]:
+    """min(tau_j, T_j): how many leading states of each test trajectory are not yet stopped
+    (the states Eq. 6's disagreement term acts on)."""
+    return [min(int(t), int(n)) for t, n in zip(taus, lengths, strict=True)]
+
+
+def advance_stop_times(taus: np.ndarray, test_disagree: Sequence[np.ndarray]) -> np.ndarray:
+    """tau_{V + v} (Eq. 1) from tau_V and the accepted validator's per-step disagreements."""
+    return np.minimum(taus, stop_times(test_disagree))
+
+
 # ---------------------------------------------------------------------------------------------
 # Exact search over a small policy class: all tables z -> action over n_z abstract states.
 

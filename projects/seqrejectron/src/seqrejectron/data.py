@@ -146,6 +146,7 @@ class SeqRejectronDataModule(LightningDataModule):
             "train_a": stack(self.train, "expert"),
             "test_x": stack(self.test),
             "test_lengths": torch.tensor([len(t) for t in self.test]),
+            "train_lengths": torch.tensor([len(t) for t in self.train]),
         }
 
     def train_dataloader(self) -> DataLoader:

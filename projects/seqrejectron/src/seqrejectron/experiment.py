@@ -132,6 +132,25 @@ def episode_metrics(rule, p_trajs, q_trajs) -> dict[str, np.ndarray]:
     }
 
 
+# Weight of the executed test share in the tuning score (issue 59): without it, stopping every
+# test episode scored the best possible 0 (no cost, no train stop) and tuning could not see
+# over-stopping in Q. With 0.5, running an episode to its end is worth half a failure: never
+# stopping (cost c, executed 1) scores c - 0.5, stopping everything 0, the oracle about -0.5 x
+# its executed share. Registered in configs/claim.yaml (settings.tuning_executed_weight).
+TUNING_EXECUTED_WEIGHT = 0.5
+
+
+def tuning_score(outcome: dict[str, np.ndarray], executed_weight: float) -> float:
+    """The tuning metric (lower is better) of a stop rule's validation outcomes
+    (``episode_metrics``): test cost plus train stop rate minus ``executed_weight`` x the
+    executed test share."""
+    return float(
+        outcome["test_cost"].mean()
+        + outcome["train_stop"].mean()
+        - executed_weight * outcome["test_executed"].mean()
+    )
+
+
 @dataclass
 class Fitted:
     """A stop rule and what its fit reports (validators, rounds, calibration target)."""
@@ -171,7 +190,7 @@ def fit_method(
             world.test,
             epsilon,
             lam=params.get("lam", 20.0),
-            steps=SEARCH_STEPS,
+            steps=params.get("steps", SEARCH_STEPS),
             lr=SEARCH_LR,
             seed=seed,
             sequential=name == "seqrejectron",
@@ -219,7 +238,12 @@ def fit_method(
 
 
 def params_key(params: dict) -> tuple:
-    return tuple(sorted({"lam": params.get("lam", 20.0)}.items()))
+    """The method's knobs that change its fit: Lambda and the search steps (the budget evidence
+    doubles them; the registered steps are left out of the key, as before)."""
+    key = {"lam": params.get("lam", 20.0)}
+    if params.get("steps", SEARCH_STEPS) != SEARCH_STEPS:
+        key["steps"] = params["steps"]
+    return tuple(sorted(key.items()))
 
 
 @functools.lru_cache(maxsize=256)

@@ -22,9 +22,12 @@ from torch import nn
 from papers_cli.hparams import init_arguments
 from seqrejectron.core import (
     INF,
+    accepts,
+    advance_stop_times,
     check_epsilon,
     first_true,
     make_policy,
+    prefix_lengths,
     prefix_weights,
     relaxed_loss,
     validator_score,
@@ -89,8 +92,18 @@ class SeqRejectronModule(LightningModule):
         round_step = (step - h.bc_steps) % h.validator_steps
         if round_step == 0:
             self.start_round()
+        loss = self.validator_loss(batch)
+        self.log("train/validator_loss", loss, prog_bar=True, batch_size=1)
+        if round_step == h.validator_steps - 1:
+            self.end_round(batch, [int(n) for n in batch["test_lengths"]])
+        return self.touch_every_parameter(loss)
+
+    def validator_loss(self, batch) -> torch.Tensor:
+        """Eq. 6 on the candidate: Lambda x CE to the expert on the train states plus the
+        disagreement with pi-hat on the test states before each trajectory's stop time, each
+        trajectory weighted once (1 / (m x prefix length), as search.neural_search)."""
         lengths = [int(n) for n in batch["test_lengths"]]
-        cut = [min(int(t), n) for t, n in zip(self.taus.tolist(), lengths, strict=True)]
+        cut = prefix_lengths(self.taus.tolist(), lengths)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         index = torch.from_numpy(
             np.concatenate([np.arange(s, s + c) for s, c in zip(starts, cut, strict=True)]).astype(
@@ -100,19 +113,15 @@ class SeqRejectronModule(LightningModule):
         with torch.no_grad():
             avoid = self.act(batch["test_x"][index])
         weights = prefix_weights(cut, per_trajectory=True).to(batch["test_x"])
-        loss = relaxed_loss(
+        return relaxed_loss(
             self.candidate,
             batch["train_x"],
             batch["train_a"],
             batch["test_x"][index],
             avoid,
             weights,
-            h.lam,
+            self.hparams.lam,
         )
-        self.log("train/validator_loss", loss, prog_bar=True, batch_size=1)
-        if round_step == h.validator_steps - 1:
-            self.end_round(batch, lengths)
-        return self.touch_every_parameter(loss)
 
     def touch_every_parameter(self, loss: torch.Tensor) -> torch.Tensor:
         """Add 0 x every parameter, so DDP sees a gradient (zero) for the networks a phase does
@@ -129,34 +138,36 @@ class SeqRejectronModule(LightningModule):
 
     @torch.no_grad()
     def candidate_disagreements(self, batch, lengths):
+        """Per trajectory: the candidate's disagreement with pi-hat on each test state and with
+        the expert on each train state."""
         test_dis = (
             (self.candidate(batch["test_x"]).argmax(-1) != self.act(batch["test_x"])).cpu().numpy()
         )
         train_dis = (self.candidate(batch["train_x"]).argmax(-1) != batch["train_a"]).cpu().numpy()
-        return np.split(test_dis, np.cumsum(lengths)[:-1]), train_dis
+        train_lengths = [int(n) for n in batch["train_lengths"]]
+        return (
+            np.split(test_dis, np.cumsum(lengths)[:-1]),
+            np.split(train_dis, np.cumsum(train_lengths)[:-1]),
+        )
 
     @torch.no_grad()
     def end_round(self, batch, lengths) -> None:
+        """Score the candidate (Eq. 2, train term per trajectory, as search.neural_search) and
+        accept it or end the search (core.accepts)."""
         test_dis, train_dis = self.candidate_disagreements(batch, lengths)
-        # The batch holds train states, not train trajectories, so the train term here is the
-        # per-state disagreement rate (a lower bound on the trajectory rate of Eq. 2); the claim
-        # run (search.neural_search) scores train trajectories exactly.
-        _, cut, _ = validator_score(test_dis, self.taus.cpu().numpy(), [], 0.0)
-        train_rate = float(train_dis.mean())
-        score = cut - self.hparams.score_lambda * train_rate
+        score, cut, train_rate = validator_score(
+            test_dis, self.taus.cpu().numpy(), train_dis, self.hparams.score_lambda
+        )
         self.log_dict(
             {"round/score": score, "round/cut": cut, "round/train_disagreement": train_rate},
             batch_size=1,
         )
-        eps = self.hparams.epsilon
-        if score <= eps or train_rate > eps / 2 or int(self.n_validators) >= self.max_validators:
+        if not accepts(score, train_rate, self.hparams.epsilon):
             self.done.fill_(True)
             return
         self.validators[int(self.n_validators)].load_state_dict(self.candidate.state_dict())
         self.n_validators += 1
-        taus = self.taus.cpu().numpy()
-        for j, d in enumerate(test_dis):
-            taus[j] = min(taus[j], first_true(d))
+        taus = advance_stop_times(self.taus.cpu().numpy(), test_dis)
         self.taus.copy_(torch.from_numpy(taus))
         if int(self.n_validators) >= self.max_validators:
             self.done.fill_(True)

@@ -51,11 +51,13 @@ import numpy as np
 
 from seqrejectron.envs import Trajectory
 from seqrejectron.experiment import (
+    TUNING_EXECUTED_WEIGHT,
     World,
     WorldConfig,
     episode_metrics,
     episode_seeds,
     fit,
+    tuning_score,
     world_from_demonstrations,
 )
 from seqrejectron.minari_format import apply_shift
@@ -260,7 +262,9 @@ SUBJECTS_B = (
     "random_validators",
     "oracle_stop",
 )
-LAMS_B = (20.0, 100.0, 500.0)  # the validator-search grid tuned on (B)'s validation split
+# The validator-search grid tuned on (B)'s validation split: the old (20, 100, 500) jumped from
+# "stop everything" (100) to "stop nothing" (500); filled in (issue 59).
+LAMS_B = (20.0, 50.0, 100.0, 200.0, 500.0)
 
 
 @functools.lru_cache(maxsize=8)
@@ -303,16 +307,18 @@ def pointmaze_summary(world: World) -> dict[str, float]:
     }
 
 
-def tune_lam_b(worlds, name: str, epsilon: float, lams=LAMS_B) -> tuple[float, dict]:
-    """The validator search's Lambda for (B): the grid value with the lowest validation test cost
-    plus train stop rate (the claim's tuning metric), averaged over the seeds' worlds."""
+def tune_lam_b(
+    worlds, name: str, epsilon: float, lams=LAMS_B, executed_weight=TUNING_EXECUTED_WEIGHT
+) -> tuple[float, dict]:
+    """The validator search's Lambda for (B): the grid value with the lowest validation
+    ``tuning_score`` (the claim's tuning metric), averaged over the seeds' worlds."""
     scores = {}
     for lam in lams:
         values = []
         for world in worlds:
             fitted = fit(world, name, epsilon, {"lam": lam}, {"lam": lam})
             outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
-            values.append(float(outcome["test_cost"].mean() + outcome["train_stop"].mean()))
+            values.append(tuning_score(outcome, executed_weight))
         scores[lam] = float(np.mean(values))
     return min(scores, key=lambda lam: (scores[lam], lams.index(lam))), scores
 

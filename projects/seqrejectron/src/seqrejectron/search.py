@@ -16,9 +16,11 @@ from torch import nn
 
 from seqrejectron.core import (
     INF,
+    accepts,
+    advance_stop_times,
     check_epsilon,
-    first_true,
     make_policy,
+    prefix_lengths,
     prefix_weights,
     relaxed_loss,
     validator_score,
@@ -98,14 +100,13 @@ def neural_search(
     train_x, train_a = stack(train), stack(train, "expert")
     test_x = stack(test)
     avoid_all = torch.from_numpy(greedy(pihat, test_x))
-    avoid = split_like(avoid_all.numpy(), test)
     taus = np.full(len(test), INF, dtype=np.int64)
     alive = np.ones(len(test_x), dtype=bool)  # pooled variant: states no validator rejected
     reference = torch.cat([p.detach().flatten() for p in pihat.parameters()])
     result = SearchResult()
     for _ in range(max_rounds):
         if sequential:
-            lengths = [min(int(t), len(tr)) for t, tr in zip(taus, test, strict=True)]
+            lengths = prefix_lengths(taus, [len(tr) for tr in test])
             mask = np.concatenate(
                 [np.arange(len(tr)) < n for tr, n in zip(test, lengths, strict=True)]
             )
@@ -141,17 +142,15 @@ def neural_search(
             "moved": float(moved.norm() / reference.norm()),
         }
         result.rounds.append(diagnostics)
-        if score <= epsilon or train_rate > epsilon / 2:
+        if not accepts(score, train_rate, epsilon):
             break
         result.validators.append(validator)
         result.moved.append(diagnostics["moved"])
         diagnostics["size"] = len(result.validators)
         if sequential:
-            for j, d in enumerate(split_like(test_dis_all, test)):
-                taus[j] = min(taus[j], first_true(d))
+            taus = advance_stop_times(taus, split_like(test_dis_all, test))
         else:
             alive &= ~test_dis_all
-    del avoid
     return result
 
 

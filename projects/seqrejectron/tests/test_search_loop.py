@@ -1,0 +1,145 @@
+"""The validator loop, pinned by value: the acceptance rule and the stop-time update (core.py),
+the LightningModule's Eq. 6 weighting and per-trajectory train term (model.py), the same
+validators through `uv run train`'s module and the claim's `neural_search`, and completeness
+without shift on a world whose training does not cover every test state."""
+
+import numpy as np
+import pytest
+import torch
+
+from seqrejectron.cli import train
+from seqrejectron.core import INF, accepts, advance_stop_times, prefix_lengths
+from seqrejectron.experiment import WorldConfig, build_world, episode_metrics, fit, world_summary
+from seqrejectron.model import SeqRejectronModule
+from seqrejectron.search import neural_search, union_disagreement
+
+
+def test_acceptance_needs_a_score_above_epsilon_and_train_agreement_within_half_epsilon():
+    assert accepts(0.06, 0.025, 0.05)
+    assert not accepts(0.05, 0.0, 0.05)  # S(v) = epsilon ends the search
+    assert not accepts(0.5, 0.026, 0.05)  # disagrees on more than epsilon/2 of train trajectories
+    assert accepts(0.5, 0.0, 0.05)
+
+
+def test_prefix_lengths_and_stop_time_update_by_hand():
+    assert prefix_lengths(np.array([1, INF, 0]), [2, 3, 4]) == [1, 3, 0]
+    taus = advance_stop_times(
+        np.array([1, INF, INF]), [np.array([0, 1]), np.array([0, 0, 1]), np.array([0, 0])]
+    )
+    assert taus.tolist() == [1, 2, INF]
+
+
+def constant_policy(module_policy: torch.nn.Module, action: int) -> None:
+    """Make a make_policy MLP output ``action`` everywhere (last layer: zero weights, a bias)."""
+    with torch.no_grad():
+        module_policy[-1].weight.zero_()
+        module_policy[-1].bias.copy_(10.0 * torch.nn.functional.one_hot(torch.tensor(action), 3))
+
+
+def small_module(**kwargs) -> SeqRejectronModule:
+    torch.manual_seed(0)
+    return SeqRejectronModule(in_features=4, n_test=2, hidden=8, **kwargs)
+
+
+def test_module_validator_loss_weights_each_test_trajectory_once_by_value():
+    """Eq. 6 through the LightningModule: Lambda x train CE plus -log(1 - v(pi-hat(s)|s)) on the
+    states before each trajectory's stop time, weighted 1/(m x prefix length)."""
+    module = small_module(lam=3.0)
+    module.taus.copy_(torch.tensor([1, INF]))  # trajectory 0 stopped after its first state
+    gen = torch.Generator().manual_seed(1)
+    batch = {
+        "train_x": torch.randn(3, 4, generator=gen),
+        "train_a": torch.tensor([0, 2, 1]),
+        "test_x": torch.randn(5, 4, generator=gen),
+        "test_lengths": torch.tensor([2, 3]),
+        "train_lengths": torch.tensor([1, 2]),
+    }
+    with torch.no_grad():
+        train_ce = torch.nn.functional.cross_entropy(
+            module.candidate(batch["train_x"]), batch["train_a"]
+        )
+        kept = batch["test_x"][[0, 2, 3, 4]]
+        avoid = module.pihat(kept).argmax(-1)
+        p_avoid = module.candidate(kept).softmax(-1)[torch.arange(4), avoid]
+        weights = torch.tensor([1 / 2, 1 / 6, 1 / 6, 1 / 6])
+        expected = 3.0 * train_ce - (weights * torch.log(1 - p_avoid)).sum()
+        assert module.validator_loss(batch).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("train_a", "accepted"),
+    [
+        # the candidate (always action 2) differs from the expert on one state of trajectory 1:
+        # 1 of 4 states (0.25, within epsilon/2) but 1 of 2 trajectories (0.5): refused
+        ([2, 2, 2, 0], False),
+        ([2, 2, 2, 2], True),
+    ],
+)
+def test_module_scores_train_disagreement_per_trajectory(train_a, accepted):
+    module = small_module(epsilon=0.5)
+    constant_policy(module.pihat, 0)
+    constant_policy(module.candidate, 2)  # disagrees with pi-hat on every test state
+    batch = {
+        "train_x": torch.randn(4, 4),
+        "train_a": torch.tensor(train_a),
+        "test_x": torch.randn(5, 4),
+        "test_lengths": torch.tensor([2, 3]),
+        "train_lengths": torch.tensor([2, 2]),
+    }
+    module.end_round(batch, [2, 3])
+    assert int(module.n_validators) == int(accepted)
+    assert bool(module.done) is not accepted
+    assert module.taus.tolist() == ([0, 0] if accepted else [INF, INF])
+
+
+def test_train_runs_the_claims_search(tiny_args):
+    """`uv run train`'s module and the claim's neural_search, from the same pi-hat on the same
+    data, find the same number of validators and the same test stop times."""
+    args = [
+        *tiny_args,
+        "--seed_everything=0",
+        "--data.n_train=60",
+        "--data.n_test=60",
+        "--data.steps_per_epoch=40",
+        "--model.bc_steps=120",
+        "--model.validator_steps=60",
+        "--trainer.max_steps=480",
+    ]
+    cli = train(args)
+    module, data = cli.model, cli.datamodule
+    assert bool(module.done)  # the search ended by its own rule, not by max_steps
+    result = neural_search(
+        module.pihat,
+        data.train,
+        data.test,
+        epsilon=module.hparams.epsilon,
+        lam=module.hparams.lam,
+        steps=module.hparams.validator_steps,
+        lr=module.hparams.lr,
+        seed=0,
+    )
+    assert len(result.validators) == int(module.n_validators) >= 1
+    search_taus = [
+        int(
+            np.flatnonzero(
+                union_disagreement(module.pihat, result.validators, torch.from_numpy(t.feats))
+            ).min(initial=INF)
+        )
+        for t in data.test
+    ]
+    assert module.taus.tolist() == search_taus
+
+
+def test_without_shift_the_method_stops_no_test_episode_on_a_partly_covered_world():
+    """Q = P (no gust): at seed 102, horizon 80 and 100 demonstrations, training covers 99.7% of
+    the test states; the search finds no validator, so it stops no episode in either dynamics."""
+    config = WorldConfig(
+        horizon=80, strength=0.0, n_train=100, n_test=100, n_calibration=40, n_val=10, n_eval=100
+    )
+    world = build_world(config, 102)
+    assert world_summary(world)["test_state_coverage"] < 1.0
+    fitted = fit(world, "seqrejectron", 0.05, {"lam": 20.0}, {"lam": 20.0})
+    outcome = episode_metrics(fitted.rule, world.eval_p, world.eval_q)
+    assert fitted.diagnostics["n_validators"] == 0
+    assert outcome["train_stop"].mean() == 0.0
+    assert outcome["test_executed"].mean() == 1.0
