@@ -35,3 +35,17 @@ def tiny_args(tmp_path):
         "--model.bc_steps=10",
         "--model.validator_steps=5",
     ]
+
+
+@pytest.fixture
+def search_args(tiny_args):
+    """tiny_args grown to a search that finds validators: 60 train and 60 test trajectories,
+    BC for 120 steps, seed 0; a test adds its validator steps and step budget."""
+    return [
+        *tiny_args,
+        "--seed_everything=0",
+        "--data.n_train=60",
+        "--data.n_test=60",
+        "--data.steps_per_epoch=40",
+        "--model.bc_steps=120",
+    ]

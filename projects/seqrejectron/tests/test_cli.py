@@ -26,19 +26,10 @@ def test_train_fast_dev_run_through_the_cli(tiny_args):
     assert cli.trainer.state.finished and cli.trainer.global_step == 1
 
 
-def test_a_validator_round_raises_test_disagreement_and_keeps_train_agreement(tiny_args):
+def test_a_validator_round_raises_test_disagreement_and_keeps_train_agreement(search_args):
     """Through the LightningModule: after BC, one round of Eq. 6 from pi-hat's weights (which
     disagree nowhere) cuts test prefixes while agreeing with the expert on train states."""
-    args = [
-        *tiny_args,
-        "--seed_everything=0",
-        "--data.n_train=60",
-        "--data.n_test=60",
-        "--data.steps_per_epoch=40",
-        "--model.bc_steps=120",
-        "--model.validator_steps=80",
-        "--trainer.max_steps=200",
-    ]
+    args = [*search_args, "--model.validator_steps=80", "--trainer.max_steps=200"]
     cli = train(args)
     metrics = cli.trainer.callback_metrics
     assert metrics["round/cut"].item() > 0.1

@@ -92,19 +92,10 @@ def test_module_scores_train_disagreement_per_trajectory(train_a, accepted):
     assert module.taus.tolist() == ([0, 0] if accepted else [INF, INF])
 
 
-def test_train_runs_the_claims_search(tiny_args):
+def test_train_runs_the_claims_search(search_args):
     """`uv run train`'s module and the claim's neural_search, from the same pi-hat on the same
     data, find the same number of validators and the same test stop times."""
-    args = [
-        *tiny_args,
-        "--seed_everything=0",
-        "--data.n_train=60",
-        "--data.n_test=60",
-        "--data.steps_per_epoch=40",
-        "--model.bc_steps=120",
-        "--model.validator_steps=60",
-        "--trainer.max_steps=480",
-    ]
+    args = [*search_args, "--model.validator_steps=60", "--trainer.max_steps=480"]
     cli = train(args)
     module, data = cli.model, cli.datamodule
     assert bool(module.done)  # the search ended by its own rule, not by max_steps
