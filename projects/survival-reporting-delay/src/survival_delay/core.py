@@ -23,6 +23,17 @@ of the latent status and time of an unreported subject, used by the MCEM E-step,
 
 The timely risk of a subject is F(L | x) = 1 - exp(-e^gamma H_T(L | x)) (R1); the expected
 number of occurred-but-unreported events at tau is sum_unrep pi_i (R2).
+
+Dates known to the day. An event dated day e happened at some t in [e, e + w_T); a report dated
+day r arrived at some time in [r, r + w_R). The delay r - e in whole days therefore says the
+true delay lies in (r - e - w_T, r - e + w_R), a triangular window, not [r - e, r - e + w_R).
+A reported subject's term of (M1) is then the event-day x report-day probability
+
+    log int_0^{w_T} f_T(e + u | x) [F_D(r + w_R - e - u | x) - F_D(r - e - u | x)] du       (H6)
+
+(F_D = 0 below 0), computed by Gauss-Legendre over the event's day. The MCEM E-step treats the
+time of day u as one more latent variable, with posterior weights proportional to the
+integrand of (H6) at the same nodes (E3).
 """
 
 from __future__ import annotations
@@ -41,10 +52,13 @@ class Cohort:
     """One cohort's observed data (float64 tensors, [N] unless noted).
 
     ``event_time`` and ``delay`` hold NaN for unreported subjects. ``event_width`` and
-    ``delay_width`` (optional, >= 0) make a reported time interval-censored on
-    [T, T + width) (Eq. H5 of hazards.py): dates known to the day give width = 1 day, so an
-    event on the enrolment date (T = 0) or a same-day report (D = 0) has a finite likelihood.
-    Width 0 (or None) is an exact time.
+    ``delay_width`` (optional, >= 0) say a reported time is known only to an interval: the event
+    happened in [T, T + event_width) and the report arrived in [T + D, T + D + delay_width)
+    (dates known to the day give both widths = 1 day). With an exact event time that is the
+    delay interval [D, D + delay_width) (Eq. H5 of hazards.py); with an event known to its day
+    the likelihood integrates over the event's time of day (Eq. H6, module docstring). Either
+    way an event on the enrolment date (T = 0) or a same-day report (D = 0) has a finite
+    likelihood. Width 0 (or None) is an exact time.
     """
 
     x: torch.Tensor  # [N, F]
@@ -53,8 +67,8 @@ class Cohort:
     reported: torch.Tensor  # bool
     event_time: torch.Tensor  # T_i (reported only)
     delay: torch.Tensor  # D_i (reported only)
-    event_width: torch.Tensor | None = None  # T_i in [T_i, T_i + width)
-    delay_width: torch.Tensor | None = None  # D_i in [D_i, D_i + width)
+    event_width: torch.Tensor | None = None  # event in [T_i, T_i + width)
+    delay_width: torch.Tensor | None = None  # report in [T_i + D_i, T_i + D_i + width)
 
     def __len__(self) -> int:
         return self.x.shape[0]
@@ -151,25 +165,91 @@ class JointModel:
             log_i = log_i.index_put(index, torch.logsumexp(log_w + log_f + log_sd, dim=-1))
         return log_s, log_i
 
-    def loglik(self, theta, phi, cohort: Cohort, gamma=0.0, per_subject=False) -> torch.Tensor:
-        """Eq. (M1): the marginal log-likelihood (a scalar, or [N] with ``per_subject``).
+    # -- Eq. (H6): reports and events known to the day -------------------------------------
+    def day_quadrature(self, theta, phi, gamma, cohort: Cohort):
+        """Time-of-day nodes u [R, K] and log integrand + log weight [R, K] of Eq. (H6) for the
+        subjects whose event is known to an interval (``event_width`` > 0), and their index [R].
 
-        A reported time with a width > 0 contributes its interval probability (Eq. H5) instead
-        of its density: log P(T in [T_i, T_i + w)) + log P(D in [D_i, D_i + w')).
+        The integrand is f_T(T + u) P(D in [(D_obs - u)^+, D_obs + w_R - u)); with an exact
+        report time (w_R = 0) it is f_T(T + u) f_D(D_obs - u), 0 where D_obs - u <= 0.
+        """
+        width = cohort.event_width
+        if width is None:
+            empty = cohort.x.new_zeros(0, self.quad_nodes)
+            return empty.long()[:, 0], empty, empty
+        index = (cohort.reported & (width > 0)).nonzero().squeeze(-1)  # [R]
+        sub = cohort.subset(index)
+        u, w = (v.to(sub.x.device) for v in _legendre(self.quad_nodes))  # [K]
+        half = (sub.event_width / 2).unsqueeze(-1)  # [R, 1]
+        offset = half * (u + 1)  # [R, K] time of day since the start of the event's day
+        log_w = torch.log(w) + torch.log(half)
+        log_f = self.event.log_density(theta, sub.event_time.unsqueeze(-1) + offset, sub.x, gamma)
+        delay_width = (
+            torch.zeros_like(sub.delay) if sub.delay_width is None else sub.delay_width
+        ).unsqueeze(-1)
+        lag = sub.delay.unsqueeze(-1) - offset  # [R, K] the delay if the report came at r
+        lower = lag.clamp_min(0)
+        upper = lag + delay_width
+        inside = upper > lower
+        interval = (delay_width > 0).expand_as(lag)
+        safe_lower = torch.where(inside, lower, torch.zeros_like(lower))
+        safe_width = torch.where(inside, upper - lower, torch.ones_like(lower))
+        log_p_interval = self.delay.log_interval_prob(phi, safe_lower, safe_width, sub.x)
+        exact_lag = torch.where(lag > 0, lag, torch.ones_like(lag))
+        log_p_exact = torch.where(
+            lag > 0,
+            self.delay.log_density(phi, exact_lag, sub.x),
+            torch.full_like(lag, -torch.inf),
+        )
+        log_p = torch.where(
+            interval,
+            torch.where(inside, log_p_interval, torch.full_like(lag, -torch.inf)),
+            log_p_exact,
+        )
+        return index, offset, log_w + log_f + log_p
+
+    def log_reported_terms(self, theta, phi, gamma, cohort: Cohort) -> torch.Tensor:
+        """A reported subject's term of Eq. (M1) [N] (placeholders for unreported subjects).
+
+        Exact times give log f_T(T) + log f_D(D); an exact event with a report known to the day
+        gives log f_T(T) + log P(D in [D, D + w_R)) (Eq. H5); an event known to its day gives
+        Eq. (H6) by Gauss-Legendre over the event's day.
         """
         rep = cohort.reported
         t = torch.where(rep, cohort.event_time, cohort.exposure)  # NaN-free placeholders
+        if cohort.event_width is not None:  # (Eq. H6 rows are replaced below; keep t > 0)
+            t = torch.where(rep & (cohort.event_width > 0), t + cohort.event_width / 2, t)
         d = torch.where(rep, cohort.delay, torch.ones_like(cohort.delay))
-        log_rep = self.event.log_observed(
-            theta, t, cohort.event_width, cohort.x, gamma
-        ) + self.delay.log_observed(phi, d, cohort.delay_width, cohort.x)
-        terms = log_rep.clone()
-        unrep = ~rep
+        terms = self.event.log_density(theta, t, cohort.x, gamma) + self.delay.log_observed(
+            phi, d, cohort.delay_width, cohort.x
+        )
+        index, _, log_integrand = self.day_quadrature(theta, phi, gamma, cohort)
+        if len(index):
+            terms = terms.index_put((index,), torch.logsumexp(log_integrand, dim=-1))
+        return terms
+
+    def loglik(self, theta, phi, cohort: Cohort, gamma=0.0, per_subject=False) -> torch.Tensor:
+        """Eq. (M1): the marginal log-likelihood (a scalar, or [N] with ``per_subject``).
+
+        Reported subjects contribute ``log_reported_terms`` (exact times, Eq. H5 or Eq. H6).
+        """
+        terms = self.log_reported_terms(theta, phi, gamma, cohort)
+        unrep = ~cohort.reported
         if unrep.any():
             log_s, log_i = self.log_unreported_terms(theta, phi, gamma, cohort.subset(unrep))
             index = unrep.nonzero(as_tuple=True)
             terms = terms.index_put(index, torch.logaddexp(log_s, log_i))  # [N]
         return terms if per_subject else terms.sum()
+
+    def day_posterior(self, theta, phi, cohort: Cohort, gamma=0.0):
+        """Eq. (E3): the posterior of the event's time of day for subjects known to the day.
+
+        Returns their index [R], nodes u [R, K] (offsets into the event's day) and normalised
+        weights [R, K]: the Gauss-Legendre rule of Eq. (H6) with each node weighted by the
+        integrand, so that sum_k p_k g(u_k) is E[g(u) | data] to quadrature accuracy.
+        """
+        index, offset, log_integrand = self.day_quadrature(theta, phi, gamma, cohort)
+        return index, offset, torch.softmax(log_integrand, dim=-1)
 
     def posterior_event_prob(self, theta, phi, cohort: Cohort, gamma=0.0) -> torch.Tensor:
         """Eq. (E1): pi_i for every subject [N] (0 for reported subjects)."""

@@ -7,6 +7,8 @@ Direct ML: maximise Eq. (M1) of core.py with L-BFGS (strong Wolfe line search).
 
 MCEM: iterate
     E-step  draw (Z_i^(m), T_i^(m)), m = 1..M_k, for each unreported i from Eqs. (E1)-(E2);
+            for a reported event known only to its day, weight its time-of-day nodes by
+            Eq. (E3) (a quadrature E-step, no draws);
     M-step  maximise the Monte Carlo Q-function, which splits into two weighted right-censored
             fits (Eq. H4 of hazards.py), each warm-started at the current estimate:
       Q_T = sum_rep log f_T(T_i) + 1/M sum_unrep sum_m [Z log f_T(T^(m)) + (1 - Z) log S_T(c'_i)]
@@ -199,11 +201,13 @@ def delta_method_se(
 class MonteCarloRows:
     """The E-step draws as rows of two weighted right-censored data sets (Eq. Q).
 
-    Event rows: reported events (exact, or interval-censored when the cohort gives a width;
-    weight 1); each unreported subject censored at c' with weight #{m: Z=0}/M; each draw with
-    Z=1 exact at T^(m) with weight 1/M.
-    Delay rows: reported delays (as the events, weight 1); draws with Z=1 censored at
-    c - T^(m), weight 1/M.
+    Event rows: reported events (exact, weight 1); each unreported subject censored at c' with
+    weight #{m: Z=0}/M; each draw with Z=1 exact at T^(m) with weight 1/M.
+    Delay rows: reported delays (exact, or interval-censored on [D, D + w) when the report is
+    known to the day, weight 1); draws with Z=1 censored at c - T^(m), weight 1/M.
+    A reported event known only to its day (Eq. H6) becomes K rows of each kind, one per
+    time-of-day node u_k with its posterior weight p_k (Eq. E3): the event exact at T + u_k,
+    the delay in [(D - u_k)^+, D + w - u_k) (or exact at D - u_k when the report time is).
     Only non-zero rows are kept, so the M-step costs O(N + sum_i pi_i M), not O(N M).
     """
 
@@ -219,36 +223,63 @@ class MonteCarloRows:
     delay_width: torch.Tensor | None = None
 
     @classmethod
-    def build(cls, cohort: Cohort, z: torch.Tensor, t: torch.Tensor) -> MonteCarloRows:
+    def build(
+        cls,
+        cohort: Cohort,
+        z: torch.Tensor,
+        t: torch.Tensor,
+        day: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> MonteCarloRows:
+        """Rows from the draws (z, t) [N, M] and, for events known to the day, ``day`` =
+        ``JointModel.day_posterior``'s (index [R], offsets u [R, K], weights p [R, K])."""
         rep, unrep, draws = cohort.reported, ~cohort.reported, z.shape[1]
         z = z & unrep.unsqueeze(-1)  # [N, M]
         subj, draw = z.nonzero(as_tuple=True)  # imputed events
         t_imp = t[subj, draw]
-        n_rep, n_unrep, n_imp = int(rep.sum()), int(unrep.sum()), len(subj)
+        plain = rep.clone()  # reported rows with an exact event time
+        if day is not None:
+            plain[day[0]] = False
+        n_plain, n_unrep, n_imp = int(plain.sum()), int(unrep.sum()), len(subj)
         no_event = (~z[unrep]).sum(-1).double() / draws  # [U]
         one = torch.ones(1, dtype=torch.float64, device=cohort.x.device)
-        event_time = torch.cat([cohort.event_time[rep], cohort.exposure[unrep], t_imp])
-        event_flag = torch.cat([one.expand(n_rep), 0 * one.expand(n_unrep), one.expand(n_imp)])
-        event_weight = torch.cat([one.expand(n_rep), no_event, one.expand(n_imp) / draws])
-        event_x = torch.cat([cohort.x[rep], cohort.x[unrep], cohort.x[subj]])
+        zeros = lambda n: 0 * one.expand(n)  # noqa: E731
         lag = (cohort.window[subj] - t_imp).clamp_min(0)
+        plain_delay_width = (
+            zeros(n_plain) if cohort.delay_width is None else cohort.delay_width[plain]
+        )
 
-        def widths(width: torch.Tensor | None, n_zero: int) -> torch.Tensor | None:
-            if width is None:
-                return None
-            return torch.cat([width[rep], torch.zeros_like(one).expand(n_zero)])
+        # Eq. (E3): reported events known to the day, one row per (subject, time-of-day node)
+        day_event_time = day_delay_time = day_delay_width = day_weight = zeros(0)
+        day_x = cohort.x[:0]
+        if day is not None and len(day[0]):
+            index, offset, prob = day
+            width = (
+                torch.zeros_like(offset)
+                if cohort.delay_width is None
+                else cohort.delay_width[index].unsqueeze(-1).expand_as(offset)
+            )
+            day_lag = cohort.delay[index].unsqueeze(-1) - offset  # [R, K]
+            lower = torch.where(width > 0, day_lag.clamp_min(0), day_lag)
+            keep = prob > 0  # nodes the data rule out (report before the event) carry p = 0
+            day_event_time = (cohort.event_time[index].unsqueeze(-1) + offset)[keep]
+            day_delay_time = lower[keep]
+            day_delay_width = torch.where(width > 0, day_lag + width - lower, width)[keep]
+            day_weight = prob[keep]
+            day_x = cohort.x[index].unsqueeze(1).expand(-1, offset.shape[1], -1)[keep]
+        n_day = len(day_weight)
 
+        with_widths = cohort.event_width is not None or cohort.delay_width is not None
         return cls(
-            event_time,
-            event_flag,
-            event_weight,
-            event_x,
-            torch.cat([cohort.delay[rep], lag]),
-            torch.cat([one.expand(n_rep), 0 * one.expand(n_imp)]),
-            torch.cat([one.expand(n_rep), one.expand(n_imp) / draws]),
-            torch.cat([cohort.x[rep], cohort.x[subj]]),
-            widths(cohort.event_width, n_unrep + n_imp),
-            widths(cohort.delay_width, n_imp),
+            torch.cat([cohort.event_time[plain], day_event_time, cohort.exposure[unrep], t_imp]),
+            torch.cat([one.expand(n_plain + n_day), zeros(n_unrep), one.expand(n_imp)]),
+            torch.cat([one.expand(n_plain), day_weight, no_event, one.expand(n_imp) / draws]),
+            torch.cat([cohort.x[plain], day_x, cohort.x[unrep], cohort.x[subj]]),
+            torch.cat([cohort.delay[plain], day_delay_time, lag]),
+            torch.cat([one.expand(n_plain + n_day), zeros(n_imp)]),
+            torch.cat([one.expand(n_plain), day_weight, one.expand(n_imp) / draws]),
+            torch.cat([cohort.x[plain], day_x, cohort.x[subj]]),
+            None,  # every event row is exact: day-known events are split into their nodes
+            torch.cat([plain_delay_width, day_delay_width, zeros(n_imp)]) if with_widths else None,
         )
 
     @classmethod
@@ -283,7 +314,8 @@ def e_step_rows(
         z, t = sample_posterior(
             model, blocks["theta"], blocks["phi"], sub, draws, generator, blocks["gamma"]
         )
-        parts.append(MonteCarloRows.build(sub, z, t))
+        day = model.day_posterior(blocks["theta"], blocks["phi"], sub, blocks["gamma"])
+        parts.append(MonteCarloRows.build(sub, z, t, day))
     return MonteCarloRows.concat(parts)
 
 
