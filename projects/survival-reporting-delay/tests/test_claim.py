@@ -28,8 +28,8 @@ def test_two_workers_give_the_one_worker_record_and_a_rerun_is_cached(tmp_path):
 
 @pytest.mark.slow
 def test_the_full_claim_run_is_judged_by_its_pre_registered_checks(tmp_path):
-    """The full claim experiment (about 8 minutes on 2 cores): the controls behave (naive
-    fails, the oracle passes), and the recorded verdict is the one papers_eval computes from
+    """The full claim experiment (about 27 minutes on 2 cores): the controls behave (naive
+    fails, full information passes), and the recorded verdict is the one papers_eval computes from
     the per-seed results again."""
     out = run_claim_experiment(["--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")

@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -94,18 +95,33 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected
 
 
 def test_reproduce_quick_writes_a_judged_claim_record(tmp_path):
-    """The claim pipeline end to end (--quick): a schema-2 record whose verdict papers_eval
-    computed from the pre-registered checks, with both controls judged."""
-    out = run_claim_experiment(["--quick", "--out", str(tmp_path)])
-    record = load_claim(tmp_path / "claim.json")
-    assert record["verdict"] == out["verdict"] and record["quick"]
+    """The claim pipeline end to end (--quick --replicate): a protocol-3 record whose verdict
+    papers_eval computed from the pre-registered checks on both seed sets, both controls judged,
+    the positive control an estimator (not the truth), and, since the quick run fails a check,
+    the budget evidence and a diagnosis whose every citation resolves to a recorded number."""
+    out = run_claim_experiment(["--quick", "--replicate", "--out", str(tmp_path)])
+    record = load_claim(tmp_path / "claim.json", require_v3=True)
+    assert record["verdict"] in (
+        "held",
+        "held, not replicated",
+        "did not hold",
+        "mixed",
+        "not shown",
+    )
+    assert record["judgements"]["registered"]["verdict"] == out["verdict"] and record["quick"]
+    assert record["replication"]["seeds"] == [10]
     assert {c["name"]: c["role"] for c in record["controls"]} == {
         "naive": "negative",
-        "oracle": "positive",
+        "full_information": "positive",
     }
     assert set(record["metrics"]) == set(SUBJECTS)
-    # the positive control is the truth: its errors are zero to rounding
-    assert record["metrics"]["oracle"]["sq_err_w0.25"]["mean"] < 1e-20
+    # the positive control is an estimate: its errors are small but not zero to rounding
+    assert 1e-8 < record["metrics"]["full_information"]["sq_err_w0.25"]["mean"] < 0.01
+    assert record["budget"]["multipliers"] == [1.0, 2.0]
+    assert set(record["budget"]["points"]) == {"transfer", record["budget"]["rival"]}
+    assert record["diagnosis"] and all(
+        math.isfinite(c["value"]) for f in record["diagnosis"] for c in f["evidence"]
+    )
     assert (tmp_path / "claim.md").is_file() and (tmp_path / "sim_rmse.png").is_file()
 
 

@@ -423,3 +423,21 @@ def test_schema_2_records_still_load_marked_protocol_2_but_not_where_v3_is_neede
     assert load_claim(path)["protocol"] == 2
     with pytest.raises(RecordSchemaError, match=r"schema-2 record; .* replaced by schema 3 \(protocol v3"):
         load_claim(path, require_v3=True)
+
+
+def test_a_cited_path_may_cross_keys_that_hold_dots():
+    """Metric and check names like ``sq_err_w0.25`` or ``beats_at_0.5y`` hold dots: a path
+    matches them as whole keys (longest first) and still refuses what is not there."""
+    from papers_eval.diagnosis import resolve
+
+    record = {
+        "metrics": {"m": {"sq_err_w0.25": {"mean": 0.5}, "sq_err_w0": {"mean": 9.0}}},
+        "outcomes": {"m": {"beats_at_0.5y": {"advantage": {"ci": [-0.1, 0.2]}}}},
+    }
+    assert resolve(record, "metrics.m.sq_err_w0.25.mean") == 0.5
+    assert resolve(record, "metrics.m.sq_err_w0.mean") == 9.0
+    assert resolve(record, "outcomes.m.beats_at_0.5y.advantage.ci.0") == -0.1
+    with pytest.raises(KeyError, match="'metrics.m.sq_err_w0.5' is not in the record"):
+        resolve(record, "metrics.m.sq_err_w0.5.mean")
+    with pytest.raises(KeyError, match="ci.2"):
+        resolve(record, "outcomes.m.beats_at_0.5y.advantage.ci.2")

@@ -54,21 +54,36 @@ def finding(cause: str, summary: str, *cites: tuple[str, str] | Cite) -> Finding
 
 
 def resolve(record: Mapping[str, Any], path: str) -> Any:
-    """The value at ``path`` in the record; ``KeyError`` naming the first missing part."""
+    """The value at ``path`` in the record; ``KeyError`` naming the first missing part.
+
+    Parts are separated by dots; a key that itself holds dots (a metric ``sq_err_w0.25``, a
+    check ``beats_at_0.5y``) is matched as a whole, the longest matching key first.
+    """
     node: Any = record
-    walked = []
-    for part in path.split("."):
-        walked.append(part)
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif (
+    parts = path.split(".")
+    walked: list[str] = []
+    i = 0
+    while i < len(parts):
+        if isinstance(node, Mapping):
+            for j in range(len(parts), i, -1):
+                key = ".".join(parts[i:j])
+                if key in node:
+                    node, i = node[key], j
+                    walked.append(key)
+                    break
+            else:
+                raise KeyError(f"'{'.'.join([*walked, parts[i]])}' is not in the record")
+            continue
+        part = parts[i]
+        if (
             isinstance(node, list)
             and part.lstrip("-").isdigit()
             and -len(node) <= int(part) < len(node)
         ):
-            node = node[int(part)]
+            node, i = node[int(part)], i + 1
+            walked.append(part)
         else:
-            raise KeyError(f"'{'.'.join(walked)}' is not in the record")
+            raise KeyError(f"'{'.'.join([*walked, part])}' is not in the record")
     return node
 
 
