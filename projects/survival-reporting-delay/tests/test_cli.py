@@ -109,7 +109,7 @@ def test_reproduce_quick_writes_a_judged_claim_record(tmp_path):
         "not shown",
     )
     assert record["judgements"]["registered"]["verdict"] == out["verdict"] and record["quick"]
-    assert record["replication"]["seeds"] == [10]
+    assert record["replication"]["seeds"] == [100]
     assert {c["name"]: c["role"] for c in record["controls"]} == {
         "naive": "negative",
         "full_information": "positive",
