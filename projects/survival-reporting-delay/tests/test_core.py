@@ -741,3 +741,27 @@ def test_posterior_draws_on_a_coarse_grid_stay_inside_the_exposure():
     drawn = t[z]
     assert drawn.numel() > 100 and float(drawn.min()) >= 0 and float(drawn.max()) <= 1.2
     assert float(drawn.max()) > 1.2 * 15 / 16  # the last cell is reached
+
+
+def test_a_usable_estimator_that_cannot_compute_falls_back_to_source_only(monkeypatch):
+    """target-only's joint fit can diverge on the few reports of a short window (NaN
+    parameters); the rival then reports the source-only estimate and says so, rather than a NaN
+    that would leave the claim's paired comparison without an estimate."""
+    from survival_delay import baselines
+    from survival_delay.experiments import estimate_all, source_fits
+
+    source, target = simulate_study(5, Truth(), n_source=600, n_target=200, target_window=0.5)
+    model = JointModel.build(1)
+    fits = source_fits(model, source.cohort, mcem=False)
+    subjects = ("target_only", "source_only", "ipw")
+    fine = estimate_all(model, source.cohort, target.cohort, 1.0, fits, subjects=subjects)
+    assert "target_only_fell_back" not in fine and math.isfinite(fine["target_only"])
+
+    def diverged(model, cohort):
+        nan = torch.full((3,), math.nan, dtype=F64)
+        return {"theta": nan, "phi": nan[:2], "gamma": torch.zeros(1, dtype=F64)}
+
+    monkeypatch.setattr(baselines, "target_only", diverged)
+    out = estimate_all(model, source.cohort, target.cohort, 1.0, fits, subjects=subjects)
+    assert out["target_only"] == out["source_only"] == fine["source_only"]
+    assert out["target_only_fell_back"] == 1.0 and out["ipw"] == fine["ipw"]

@@ -124,6 +124,7 @@ def replications(
     errors: dict[float, dict[str, list[float]]] = {w: {} for w in windows}
     ibnr: dict[float, list[float]] = {w: [] for w in windows}
     gammas: dict[float, list[float]] = {w: [] for w in windows}
+    fallbacks: dict[float, dict[str, int]] = {w: {} for w in windows}
     source_gap = []
     for r in range(reps):
         rng = np.random.default_rng([seed, offset + r])
@@ -156,10 +157,18 @@ def replications(
                 if name == "transfer" and not mcem:
                     continue
                 errors[w].setdefault(name, []).append(est[name] - true_risk)
+                if est.get(f"{name}_fell_back"):
+                    fallbacks[w][name] = fallbacks[w].get(name, 0) + 1
             if "transfer_ibnr" in est:
                 ibnr[w].append(est["transfer_ibnr"] - target.ibnr)
                 gammas[w].append(est["transfer_gamma"])
-    return {"errors": errors, "ibnr": ibnr, "gammas": gammas, "source_gap": source_gap}
+    return {
+        "errors": errors,
+        "ibnr": ibnr,
+        "gammas": gammas,
+        "source_gap": source_gap,
+        "fallbacks": fallbacks,
+    }
 
 
 def validation_job(job: Job, settings: dict[str, Any]) -> float:
@@ -325,6 +334,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     evidence: dict[str, Any] = {}
     evidence.update(_mcem_and_ibnr(registered["batches"]))
     evidence.update(_gain_over_best_other(spec, results))
+    evidence["fell_back_to_source_only"] = _fallbacks(registered["batches"])
     if replicated is not None:
         evidence["replication"] = _gain_over_best_other(spec, replicated["results"])
     evidence["misspecified_delay_sweep"] = _misspecified_sweep(registered["sweep"])
@@ -412,7 +422,16 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                 continue
             where = f"{prefix}.transfer.{check}.advantage"
             control = node["full_information"][check]["passed"]
-            if advantage["estimate"] > 0:
+            if advantage["estimate"] is None:  # no finite number to cite: say so plainly
+                findings.append(
+                    finding(
+                        "undetermined",
+                        f"{check} ({label}): the advantage has no estimate (a subject's errors "
+                        "hold a non-finite value)",
+                        (f"metrics.transfer.{metric}.mean", "the method's MSE"),
+                    )
+                )
+            elif advantage["estimate"] > 0:
                 findings.append(
                     finding(
                         "check",
@@ -505,6 +524,18 @@ def _mcem_and_ibnr(batches: dict[int, dict[str, Any]]) -> dict[str, Any]:
         ibnr = [e for b in batches.values() for e in b["ibnr"][w]]
         out[f"ibnr_count_error_mean_w{w:g}"] = float(np.mean(ibnr))
         out[f"ibnr_count_abs_error_mean_w{w:g}"] = float(np.mean(np.abs(ibnr)))
+    return out
+
+
+def _fallbacks(batches: dict[int, dict[str, Any]]) -> dict[str, int]:
+    """How many replications each usable estimator could not compute (NaN) and so reported
+    the source-only estimate instead (experiments.estimate_all), per window."""
+    out: dict[str, int] = {}
+    for b in batches.values():
+        for w, counts in b["fallbacks"].items():
+            for name, n in counts.items():
+                key = f"{name}_w{w:g}"
+                out[key] = out.get(key, 0) + n
     return out
 
 

@@ -129,6 +129,13 @@ def estimate_all(
             and not (s == "oracle" and truth_blocks is None)
         )
     out = {s: _safe(table[s]) for s in subjects}
+    # A usable estimator that cannot produce a number (e.g. target-only's five-parameter joint
+    # fit on the 11 reports of a 0.25 y window diverges) falls back to the source-only estimate,
+    # as a practitioner would: the rival stays usable, never scored worse than source-only.
+    for s in subjects:
+        if s in USABLE and s != "source_only" and math.isnan(out[s]):
+            out[s] = _safe(table["source_only"])
+            extra[f"{s}_fell_back"] = 1.0
     return {**out, **extra}
 
 
