@@ -765,3 +765,117 @@ def test_a_usable_estimator_that_cannot_compute_falls_back_to_source_only(monkey
     out = estimate_all(model, source.cohort, target.cohort, 1.0, fits, subjects=subjects)
     assert out["target_only"] == out["source_only"] == fine["source_only"]
     assert out["target_only_fell_back"] == 1.0 and out["ipw"] == fine["ipw"]
+
+
+def _day_cohort(delay_width: bool) -> Cohort:
+    """Two covariates; subjects: 0 an event known to its day reported the same day, 1 the same
+    reported 3 days later (0.5 day later when the report time is exact), 2 an exact event
+    reported 2 days later, 3 unreported."""
+    day = 1 / 365.25
+    d1 = 3 * day if delay_width else 0.5 * day
+    return Cohort(
+        torch.tensor([[0.3, -1.0], [1.2, 0.4], [-0.5, 0.0], [0.0, 1.0]], dtype=F64),
+        torch.tensor([2.0, 2.0, 2.0, 0.6], dtype=F64),
+        torch.tensor([1.0, 1.0, 1.0, 0.6], dtype=F64),
+        torch.tensor([True, True, True, False]),
+        torch.tensor([0.2, 0.0, 0.35, math.nan], dtype=F64),
+        torch.tensor([0.0, d1, 2 * day, math.nan], dtype=F64),
+        torch.tensor([day, day, 0.0, 0.0], dtype=F64),
+        torch.tensor([day, day, day, 0.0], dtype=F64) if delay_width else None,
+    ).check()
+
+
+@pytest.mark.parametrize("delay_width", [True, False])
+def test_the_time_of_day_e_step_rows_by_value(delay_width):
+    """Eq. (E3) rows of MonteCarloRows.build, by hand: an event known to its day becomes one
+    event row per Gauss-Legendre node u_k, exact at T + u_k, and one delay row, on
+    [(D - u_k)^+, D + w - u_k) when the report is known to the day (exact at D - u_k
+    otherwise, nodes with D - u_k <= 0 dropped), each weighted by u's posterior
+    p_k ~ w_k f_T(T + u_k) P_D(row). The exact event keeps its single rows, with its width."""
+    model = JointModel.build(2)
+    theta = torch.tensor([math.log(2.0), math.log(1.3), 0.4, -0.3], dtype=F64)
+    phi = torch.tensor([math.log(0.01), math.log(0.8)], dtype=F64)
+    gamma = torch.tensor([0.6], dtype=F64)
+    cohort = _day_cohort(delay_width)
+    day = model.day_posterior(theta, phi, cohort, gamma)
+    assert day[0].tolist() == [0, 1]
+    z = torch.zeros(4, 3, dtype=torch.bool)
+    rows = MonteCarloRows.build(cohort, z, torch.zeros(4, 3, dtype=F64), day)
+
+    width = 1 / 365.25
+    nodes, weights = np.polynomial.legendre.leggauss(model.quad_nodes)
+    u = torch.as_tensor(width / 2 * (nodes + 1))
+    expected_t, expected_w, expected_d, expected_dw, expected_x = [], [], [], [], []
+    for i in (0, 1):
+        x = cohort.x[i : i + 1].expand(len(u), -1)
+        t, d = cohort.event_time[i].item(), cohort.delay[i].item()
+        f_t = model.event.log_density(theta, t + u, x, gamma).exp()
+        no_x = torch.zeros(len(u), 0, dtype=F64)
+        if delay_width:
+            lower, upper = (d - u).clamp_min(0), d + width - u
+            p_d = model.delay.cdf(phi, upper, no_x) - model.delay.cdf(phi, lower, no_x)
+            row_d, row_w = lower, upper - lower
+        else:
+            lag = d - u
+            p_d = torch.where(
+                lag > 0, model.delay.log_density(phi, lag.clamp_min(1e-12), no_x).exp(), 0.0
+            )
+            row_d, row_w = lag, torch.zeros_like(lag)
+        p = torch.as_tensor(weights) * f_t * p_d
+        keep = p > 0
+        expected_t.append((t + u)[keep])
+        expected_w.append((p / p.sum())[keep])
+        expected_d.append(row_d[keep])
+        expected_dw.append(row_w[keep])
+        expected_x.append(x[keep])
+    if not delay_width:
+        assert 0 < len(expected_t[1]) < len(u)  # a report half a day on: later nodes ruled out
+    n_day = sum(len(e) for e in expected_t)
+    # event rows: the exact event, the day nodes, then the unreported subject censored at c'
+    torch.testing.assert_close(rows.event_time[0], cohort.event_time[2])
+    torch.testing.assert_close(rows.event_time[1 : 1 + n_day], torch.cat(expected_t))
+    torch.testing.assert_close(rows.event_weight[1 : 1 + n_day], torch.cat(expected_w))
+    torch.testing.assert_close(rows.event_x[1 : 1 + n_day], torch.cat(expected_x))
+    assert rows.event_time[1 + n_day].item() == 0.6 and rows.event_flag[1 + n_day] == 0
+    assert rows.event_width is None  # every event row is exact
+    # delay rows: the exact event's delay with its day width, then the day nodes
+    torch.testing.assert_close(rows.delay_time[1 : 1 + n_day], torch.cat(expected_d))
+    torch.testing.assert_close(rows.delay_weight[1 : 1 + n_day], torch.cat(expected_w))
+    torch.testing.assert_close(rows.delay_x[1 : 1 + n_day], torch.cat(expected_x))
+    assert len(rows.delay_time) == 1 + n_day
+    if delay_width:
+        assert rows.delay_width[0].item() == pytest.approx(width)
+        torch.testing.assert_close(rows.delay_width[1:], torch.cat(expected_dw))
+    else:
+        assert rows.delay_width is None or bool((rows.delay_width == 0).all())
+
+
+def test_a_report_known_to_the_day_keeps_its_width_when_the_event_time_is_exact():
+    """Only the report is known to the day (no event widths): the delay rows keep their width."""
+    cohort = dataclasses.replace(_day_cohort(True), event_width=None)
+    z = torch.zeros(4, 2, dtype=torch.bool)
+    rows = MonteCarloRows.build(cohort, z, torch.zeros(4, 2, dtype=F64))
+    torch.testing.assert_close(rows.delay_width, cohort.delay_width[:3])
+
+
+def test_the_e_step_passes_the_cohort_shift_to_both_posteriors():
+    """e_step_rows under gamma != 0 is the sampler and the time-of-day posterior under that
+    gamma (one chunk: bit for bit), not under gamma = 0."""
+    model = JointModel.build(2)
+    cohort = _day_cohort(True)
+    blocks = {
+        "theta": torch.tensor([math.log(2.0), math.log(1.3), 0.4, -0.3], dtype=F64),
+        "phi": torch.tensor([math.log(0.01), math.log(0.8)], dtype=F64),
+        "gamma": torch.tensor([0.9], dtype=F64),
+    }
+    rows = e_step_rows(model, blocks, cohort, 50, torch.Generator().manual_seed(3))
+    args = (model, blocks["theta"], blocks["phi"], cohort, 50, torch.Generator().manual_seed(3))
+    z, t = sample_posterior(*args, blocks["gamma"])
+    day = model.day_posterior(blocks["theta"], blocks["phi"], cohort, blocks["gamma"])
+    reference = MonteCarloRows.build(cohort, z, t, day)
+    assert torch.equal(rows.event_weight, reference.event_weight)
+    assert torch.equal(rows.event_time, reference.event_time)
+    z0, t0 = sample_posterior(*args)
+    day0 = model.day_posterior(blocks["theta"], blocks["phi"], cohort)
+    at_zero = MonteCarloRows.build(cohort, z0, t0, day0)
+    assert not torch.equal(rows.event_weight[:40], at_zero.event_weight[:40])
