@@ -29,7 +29,8 @@ K core steps and ONE readout; a halting-head rule pays its head at every step it
 The trainings (AIC and the fixed network, per seed) are the jobs of the shared job runner
 (``papers_eval.jobs``): ``--jobs`` worker processes of one torch thread each, finished fits
 cached under runs/aic/jobs. The rollouts and the evidence are computed here from the fitted
-weights, in the order they always were (random halting draws from one generator per seed).
+weights; random halting draws from a generator seeded per (seed, split, mean steps), so its
+draws do not depend on which rules ran before it.
 """
 
 from __future__ import annotations
@@ -121,7 +122,6 @@ class Pair:
         )
         self.units: dict[tuple, baselines.HaltingUnit] = {}
         self.cache: dict[tuple, dict] = {}
-        self.generator = torch.Generator().manual_seed(seed)
 
     @classmethod
     def train(
@@ -150,7 +150,14 @@ class Pair:
             unit(self.features[:1, :1])
         return int(counter.get_total_flops())
 
-    def rule(self, name: str, value: float | None) -> tuple[Any, str, int | None]:
+    def random_generator(self, split: str, mean_steps: float) -> torch.Generator:
+        """The random-halting control's own stream, seeded by (seed, split, mean steps): its draws
+        do not depend on which rules (tuning grid, frontier sweep) ran before it."""
+        return torch.Generator().manual_seed(random_seed(self.seed, split, mean_steps))
+
+    def rule(
+        self, name: str, value: float | None, split: str = "test"
+    ) -> tuple[Any, str, int | None]:
         """(act function for rollouts, per-step work, halting-head FLOPs) of a halting rule."""
         k_max = self.k_max
         if name == "aic":
@@ -175,8 +182,9 @@ class Pair:
             choose = lambda t, r: baselines.oracle_steps(r, value)  # noqa: E731
             return table_rule(self.aic, self.task, choose), "readout", None
         if name == "random_halting":
+            generator = self.random_generator(split, value)
             choose = lambda t, r: baselines.random_steps(  # noqa: E731
-                len(r), k_max, value, self.generator
+                len(r), k_max, value, generator
             )
             return table_rule(self.aic, self.task, choose), "none", None
         raise ValueError(f"unknown halting rule {name!r}")
@@ -185,7 +193,7 @@ class Pair:
         """Roll the rule out on the split's episodes; per-episode return, steps and FLOPs."""
         key = (split, name, value)
         if key not in self.cache:
-            act, per_step, halt_flops = self.rule(name, value)
+            act, per_step, halt_flops = self.rule(name, value, split)
             n = self.settings["episodes"]
             first = VAL_EPISODES if split == "val" else TEST_EPISODES + 1000 * self.seed
             roll = rollout(self.task, act, n, first)
@@ -220,6 +228,12 @@ class Pair:
         before = torch.cat([v.flatten().float() for v in self.initial.values()])
         after = torch.cat([v.flatten().float() for v in self.aic.state_dict().values()])
         return float((after - before).norm() / before.norm())
+
+
+def random_seed(seed: int, split: str, mean_steps: float) -> int:
+    """A seed for one (training seed, split, mean steps) of random halting (mean steps to 1e-6)."""
+    key = [seed, ("val", "test").index(split), int(round(float(mean_steps) * 1e6))]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
 def full(returns: torch.Tensor, k: float) -> torch.Tensor:
@@ -386,7 +400,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         "mean_steps is refinement steps per decision, averaged within each episode.",
         "FLOPs: fixed K = encoder + K core + one readout; AIC / PonderNet / ACT = encoder + K "
         "(core + feature + halting head) + one readout; confidence exit and the oracle read out "
-        "at every step.",
+        "at every step. The oracle's FLOPs are idealised: it halts on a look-ahead over every "
+        "readout up to K_max but is charged only the K steps it halts at.",
         "frontier.png: mean return vs mean FLOPs per decision over every rule's parameter sweep "
         "(test episodes, mean over seeds); the numbers are in evidence.frontier.",
     ]
@@ -471,6 +486,10 @@ def gather_evidence(pairs, chosen, random_means, settings) -> dict[str, Any]:
     states with exact Q*."""
     evidence: dict[str, Any] = {"relative_parameter_change_of_aic": {}, "flops_parts": {}}
     evidence["random_halting_target_mean_steps"] = random_means
+    evidence["oracle_flops"] = (
+        "idealised: oracle_halting halts at K on the exact gain of readouts up to K_max (a "
+        "look-ahead over all K_max steps) but is charged K x (core + feature + policy head)"
+    )
     evidence["train_seconds"] = {s: p.train_s for s, p in pairs.items()}
     removal, valid, added = {}, {}, {}
     for seed, p in pairs.items():
