@@ -22,7 +22,7 @@ def grid_policy(k_max: int = 4) -> AICPolicy:
 
 def prescribed_head(policy: AICPolicy, values: list[float]) -> None:
     """The halting head's value after step k is values[k-1], for every state."""
-    policy.halt_head = lambda z, k: z.new_full((z.shape[0],), values[k - 1])
+    policy.halt_head = lambda z, k, signals: z.new_full((z.shape[0],), values[k - 1])
 
 
 def lite_pair(policy: AICPolicy, episodes: int = 3, seed: int = 0) -> claim.Pair:
@@ -48,7 +48,7 @@ def test_claim_rollout_halts_at_the_first_value_strictly_below_the_price():
     row = p.run("test", "aic", 0.5)
     assert row["decision_mean_steps"] == 3.0
     np.testing.assert_array_equal(row["mean_steps"], 3.0)
-    expected = flops_per_decision(p.flops, 3, "halt")
+    expected = flops_per_decision(p.flops, 3, "readout_halt")
     np.testing.assert_allclose(row["flops_per_decision"], expected)
 
 

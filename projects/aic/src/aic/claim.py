@@ -161,7 +161,7 @@ class Pair:
         """(act function for rollouts, per-step work, halting-head FLOPs) of a halting rule."""
         k_max = self.k_max
         if name == "aic":
-            return compacted_rule(self.aic, value), "halt", None
+            return compacted_rule(self.aic, value), "readout_halt", None
         if name == "fixed_k":
             return table_rule(self.fixed, self.task, lambda t, r: full(r, k_max)), "none", None
         if name == "fixed_k_of_aic":  # the AIC network's own readout after K steps
