@@ -58,7 +58,13 @@ from aic.core import (  # noqa: E402
     step_returns,
 )
 from aic.data import AicDataModule  # noqa: E402
-from aic.evaluate import compacted_rule, readout_table, rollout, table_rule  # noqa: E402
+from aic.evaluate import (  # noqa: E402
+    compacted_rule,
+    head_quality,
+    readout_table,
+    rollout,
+    table_rule,
+)
 from aic.model import AicModule  # noqa: E402
 from aic.protocol import addition_control, removal_curve, validity  # noqa: E402
 from aic.tasks import Task, get_task  # noqa: E402
@@ -87,6 +93,7 @@ METRICS = (
     "success",
     "val_score",
     "return_over_random",
+    "halting_head_auc",
 )
 VAL_EPISODES, TEST_EPISODES = 20_000, 30_000  # episode seeds, disjoint from training data
 
@@ -122,6 +129,8 @@ class Pair:
         )
         self.units: dict[tuple, baselines.HaltingUnit] = {}
         self.cache: dict[tuple, dict] = {}
+        self.train_price = float(aic["model"]["price_per_step"])
+        self._head_quality: dict[str, float] | None = None
 
     @classmethod
     def train(
@@ -149,6 +158,16 @@ class Pair:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             unit(self.features[:1, :1])
         return int(counter.get_total_flops())
+
+    def head_quality(self) -> dict[str, float]:
+        """The AIC halting head's AUC for "the next step pays its training price" and Spearman
+        with the exact one-step gain, on the validation states (exact Q*; evaluate.head_quality)."""
+        if self._head_quality is None:
+            val = self.data.val_arrays
+            table = readout_table(self.aic, torch.from_numpy(val["obs"]))
+            returns = step_returns("q", table["actions"], None, torch.from_numpy(val["q"]))
+            self._head_quality = head_quality(table["halt"], returns, self.train_price)
+        return self._head_quality
 
     def random_generator(self, split: str, mean_steps: float) -> torch.Generator:
         """The random-halting control's own stream, seeded by (seed, split, mean steps): its draws
@@ -366,7 +385,12 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             row = p.run("test", subject, chosen[subject])
             val = p.run("val", subject, chosen[subject])
+        # the AIC backbone's halting head (the precondition, judged on aic only; every subject
+        # carries the number because every metric is collected per subject); NaN (no paying
+        # validation step) counts as a blind head
+        auc = p.head_quality()["auc"]
         return {
+            "halting_head_auc": 0.5 if np.isnan(auc) else auc,
             "return_over_random": p.return_over_random(row),
             "episode_return": row["episode_return"],
             "flops_per_decision": row["flops_per_decision"],
@@ -456,7 +480,7 @@ def frontier_rows(p: Pair) -> dict[str, list[dict[str, float]]]:
     sweep = p.settings["frontier"]
     rows: dict[str, list[dict[str, float]]] = {}
     plan = {
-        "aic": sweep["price"],
+        "aic": sweep["halt_threshold"],
         "fixed_k_of_aic": list(range(1, p.k_max + 1)),
         "fixed_k": [None],
         "pondernet": sweep["prior"],
@@ -492,6 +516,7 @@ def gather_evidence(pairs, chosen, random_means, settings) -> dict[str, Any]:
     )
     evidence["train_seconds"] = {s: p.train_s for s, p in pairs.items()}
     removal, valid, added = {}, {}, {}
+    evidence["halting_head_quality"] = {s: p.head_quality() for s, p in pairs.items()}
     for seed, p in pairs.items():
         evidence["relative_parameter_change_of_aic"][seed] = p.moved()
         evidence["flops_parts"][seed] = p.flops
