@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from scipy.stats import spearmanr
@@ -11,6 +13,7 @@ from aic.core import (
     count_flops,
     deep_supervision_loss,
     flops_per_decision,
+    halting_classifier_loss,
     halting_loss,
     halting_steps,
     policy_losses,
@@ -133,7 +136,8 @@ def test_count_flops_matches_a_hand_count():
         "core": 2 * (2 * d) * (2 * d) + 2 * (2 * d) * d,  # Linear(2D, 2D), Linear(2D, D)
         "feature": 2 * d * d,  # Linear(D, D)
         "policy": 2 * d * a,
-        "halt": 2 * (d + 1) * d + 2 * d,  # Linear(D + 1, D), Linear(D, 1)
+        "halt": 2 * (d + 3) * d
+        + 2 * d,  # Linear(D + 3, D) (z, k, confidence, change), Linear(D, 1)
     }
 
 
@@ -151,8 +155,8 @@ def test_conv_flops_match_a_hand_count():
 @pytest.mark.parametrize(("arch", "kind"), CASES)
 def test_aic_inference_costs_what_flops_per_decision_charges(arch, kind):
     """Counting adaptive_act itself (compacted batches, every sample its own K) gives
-    sum_b flops_per_decision(K_b, "halt"): the encoder once, K x (core + feature + halting head)
-    and ONE policy readout per sample."""
+    sum_b flops_per_decision(K_b, "readout_halt"): the encoder once and K x (core + feature +
+    policy readout + halting head), the head reading the readout at every step."""
     policy, obs = make(arch, kind)
     with torch.no_grad():
         policy.halting_head[-1].bias += 0.1 - policy(obs)["halt"].median()
@@ -161,7 +165,7 @@ def test_aic_inference_costs_what_flops_per_decision_charges(arch, kind):
     with FlopCounterMode(display=False) as counter:
         _, steps = adaptive_act(policy, obs, 0.1)
     assert 1 < steps.float().mean() < policy.k_max
-    charged = flops_per_decision(flops, steps.double(), "halt").sum().item()
+    charged = flops_per_decision(flops, steps.double(), "readout_halt").sum().item()
     assert counter.get_total_flops() == pytest.approx(charged, rel=1e-9)
 
 
@@ -171,6 +175,8 @@ def test_fixed_k_is_charged_one_readout_and_no_halting_head():
     assert flops_per_decision(flops, 4, "halt") == 7 + 4 * (100 + 10 + 5) + 3
     assert flops_per_decision(flops, 4, "readout") == 7 + 4 * (100 + 10 + 3)
     assert flops_per_decision(flops, 4, "halt", halt_flops=1) == 7 + 4 * (100 + 10 + 1) + 3
+    # AIC's head reads the readout at every step: no separate final readout
+    assert flops_per_decision(flops, 4, "readout_halt") == 7 + 4 * (100 + 10 + 3 + 5)
     with pytest.raises(ValueError, match="per-step work"):
         flops_per_decision(flops, 4, "twice")
 
@@ -264,3 +270,47 @@ def test_continuous_actions_are_squashed_to_the_action_scale():
     discrete = AICPolicy("vector", (6,), 2, "discrete", dim=16, k_max=2)
     discrete.policy_head.load_state_dict(policy.policy_head.state_dict())
     assert torch.allclose(discrete.act_head(z), raw)
+
+
+def test_classifier_loss_balances_the_two_classes_by_hand():
+    """Eq. 5': gains (0.5, 0, 0, 0) at price 0.1: one paying pair of weight 4/2 = 2, three of
+    weight 4/6; at u = 1/2 everywhere the loss is log 2 (each class half the weight)."""
+    gain = torch.tensor([[0.5, 0.0, 0.0, 0.0]])
+    half = torch.full((1, 4), 0.5)
+    assert halting_classifier_loss(half, gain, 0.1).item() == pytest.approx(math.log(2))
+    u = torch.tensor([[0.8, 0.4, 0.2, 0.1]])
+    expected = -(2 * math.log(0.8) + (2 / 3) * (math.log(0.6) + math.log(0.8) + math.log(0.9))) / 4
+    assert halting_classifier_loss(u, gain, 0.1).item() == pytest.approx(expected, rel=1e-5)
+    # a gain equal to the price does not pay (strictly greater)
+    tie = halting_classifier_loss(u, torch.tensor([[0.1, 0.0, 0.0, 0.0]]), 0.1)
+    assert tie.item() == pytest.approx(-sum(math.log(1 - x) for x in (0.8, 0.4, 0.2, 0.1)) / 4)
+
+
+def test_the_halting_head_sees_the_readouts_confidence_and_change():
+    policy, _ = make("gru", "sequence", k_max=3)
+    first = torch.tensor([[2.0, 0.0, 0.0]])
+    second = torch.tensor([[0.0, 2.0, 0.0]])
+    p = torch.softmax(first, -1)
+    c, d = policy.readout_signals(second, first)[0].tolist()
+    assert c == pytest.approx(p.max().item(), rel=1e-6)
+    assert d == pytest.approx(p[0, 0].item() - p[0, 1].item(), rel=1e-6)  # 1/2 ||pi_2 - pi_1||_1
+    assert policy.readout_signals(first, None)[0, 1].item() == 0.0
+    # the head's value moves with the signals (they enter its input)
+    z = torch.zeros(1, 16)
+    assert policy.halt_head(z, 1, torch.tensor([[1.0, 0.0]])) != policy.halt_head(
+        z, 1, torch.tensor([[0.3, 0.9]])
+    )
+
+
+def test_head_quality_of_a_perfect_and_a_blind_head():
+    from aic.evaluate import head_quality
+
+    returns = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.2, 0.2], [0.1, 0.1, 0.9], [0.3, 0.3, 0.3]])
+    gains = voc_targets(returns)  # (0.5, 0), (0, 0), (0, 0.8), (0, 0)
+    perfect = head_quality(gains, returns, 0.1)
+    assert perfect["auc"] == 1.0 and perfect["paying_fraction"] == 2 / 8
+    assert perfect["spearman"] > 0.7
+    blind = head_quality(torch.ones(4, 3), returns, 0.1)
+    assert blind["auc"] == 0.5
+    inverted = head_quality(-gains, returns, 0.1)
+    assert inverted["auc"] == 0.0

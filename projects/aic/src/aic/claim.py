@@ -29,7 +29,8 @@ K core steps and ONE readout; a halting-head rule pays its head at every step it
 The trainings (AIC and the fixed network, per seed) are the jobs of the shared job runner
 (``papers_eval.jobs``): ``--jobs`` worker processes of one torch thread each, finished fits
 cached under runs/aic/jobs. The rollouts and the evidence are computed here from the fitted
-weights, in the order they always were (random halting draws from one generator per seed).
+weights; random halting draws from a generator seeded per (seed, split, mean steps), so its
+draws do not depend on which rules ran before it.
 """
 
 from __future__ import annotations
@@ -57,7 +58,13 @@ from aic.core import (  # noqa: E402
     step_returns,
 )
 from aic.data import AicDataModule  # noqa: E402
-from aic.evaluate import compacted_rule, readout_table, rollout, table_rule  # noqa: E402
+from aic.evaluate import (  # noqa: E402
+    compacted_rule,
+    head_quality,
+    readout_table,
+    rollout,
+    table_rule,
+)
 from aic.model import AicModule  # noqa: E402
 from aic.protocol import addition_control, removal_curve, validity  # noqa: E402
 from aic.tasks import Task, get_task  # noqa: E402
@@ -86,6 +93,7 @@ METRICS = (
     "success",
     "val_score",
     "return_over_random",
+    "halting_head_auc",
 )
 VAL_EPISODES, TEST_EPISODES = 20_000, 30_000  # episode seeds, disjoint from training data
 
@@ -121,7 +129,8 @@ class Pair:
         )
         self.units: dict[tuple, baselines.HaltingUnit] = {}
         self.cache: dict[tuple, dict] = {}
-        self.generator = torch.Generator().manual_seed(seed)
+        self.train_price = float(aic["model"]["price_per_step"])
+        self._head_quality: dict[str, float] | None = None
 
     @classmethod
     def train(
@@ -150,11 +159,28 @@ class Pair:
             unit(self.features[:1, :1])
         return int(counter.get_total_flops())
 
-    def rule(self, name: str, value: float | None) -> tuple[Any, str, int | None]:
+    def head_quality(self) -> dict[str, float]:
+        """The AIC halting head's AUC for "the next step pays its training price" and Spearman
+        with the exact one-step gain, on the validation states (exact Q*; evaluate.head_quality)."""
+        if self._head_quality is None:
+            val = self.data.val_arrays
+            table = readout_table(self.aic, torch.from_numpy(val["obs"]))
+            returns = step_returns("q", table["actions"], None, torch.from_numpy(val["q"]))
+            self._head_quality = head_quality(table["halt"], returns, self.train_price)
+        return self._head_quality
+
+    def random_generator(self, split: str, mean_steps: float) -> torch.Generator:
+        """The random-halting control's own stream, seeded by (seed, split, mean steps): its draws
+        do not depend on which rules (tuning grid, frontier sweep) ran before it."""
+        return torch.Generator().manual_seed(random_seed(self.seed, split, mean_steps))
+
+    def rule(
+        self, name: str, value: float | None, split: str = "test"
+    ) -> tuple[Any, str, int | None]:
         """(act function for rollouts, per-step work, halting-head FLOPs) of a halting rule."""
         k_max = self.k_max
         if name == "aic":
-            return compacted_rule(self.aic, value), "halt", None
+            return compacted_rule(self.aic, value), "readout_halt", None
         if name == "fixed_k":
             return table_rule(self.fixed, self.task, lambda t, r: full(r, k_max)), "none", None
         if name == "fixed_k_of_aic":  # the AIC network's own readout after K steps
@@ -175,8 +201,9 @@ class Pair:
             choose = lambda t, r: baselines.oracle_steps(r, value)  # noqa: E731
             return table_rule(self.aic, self.task, choose), "readout", None
         if name == "random_halting":
+            generator = self.random_generator(split, value)
             choose = lambda t, r: baselines.random_steps(  # noqa: E731
-                len(r), k_max, value, self.generator
+                len(r), k_max, value, generator
             )
             return table_rule(self.aic, self.task, choose), "none", None
         raise ValueError(f"unknown halting rule {name!r}")
@@ -185,7 +212,7 @@ class Pair:
         """Roll the rule out on the split's episodes; per-episode return, steps and FLOPs."""
         key = (split, name, value)
         if key not in self.cache:
-            act, per_step, halt_flops = self.rule(name, value)
+            act, per_step, halt_flops = self.rule(name, value, split)
             n = self.settings["episodes"]
             first = VAL_EPISODES if split == "val" else TEST_EPISODES + 1000 * self.seed
             roll = rollout(self.task, act, n, first)
@@ -220,6 +247,12 @@ class Pair:
         before = torch.cat([v.flatten().float() for v in self.initial.values()])
         after = torch.cat([v.flatten().float() for v in self.aic.state_dict().values()])
         return float((after - before).norm() / before.norm())
+
+
+def random_seed(seed: int, split: str, mean_steps: float) -> int:
+    """A seed for one (training seed, split, mean steps) of random halting (mean steps to 1e-6)."""
+    key = [seed, ("val", "test").index(split), int(round(float(mean_steps) * 1e6))]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
 def full(returns: torch.Tensor, k: float) -> torch.Tensor:
@@ -352,7 +385,12 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             row = p.run("test", subject, chosen[subject])
             val = p.run("val", subject, chosen[subject])
+        # the AIC backbone's halting head (the precondition, judged on aic only; every subject
+        # carries the number because every metric is collected per subject); NaN (no paying
+        # validation step) counts as a blind head
+        auc = p.head_quality()["auc"]
         return {
+            "halting_head_auc": 0.5 if np.isnan(auc) else auc,
             "return_over_random": p.return_over_random(row),
             "episode_return": row["episode_return"],
             "flops_per_decision": row["flops_per_decision"],
@@ -386,7 +424,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         "mean_steps is refinement steps per decision, averaged within each episode.",
         "FLOPs: fixed K = encoder + K core + one readout; AIC / PonderNet / ACT = encoder + K "
         "(core + feature + halting head) + one readout; confidence exit and the oracle read out "
-        "at every step.",
+        "at every step. The oracle's FLOPs are idealised: it halts on a look-ahead over every "
+        "readout up to K_max but is charged only the K steps it halts at.",
         "frontier.png: mean return vs mean FLOPs per decision over every rule's parameter sweep "
         "(test episodes, mean over seeds); the numbers are in evidence.frontier.",
     ]
@@ -441,7 +480,7 @@ def frontier_rows(p: Pair) -> dict[str, list[dict[str, float]]]:
     sweep = p.settings["frontier"]
     rows: dict[str, list[dict[str, float]]] = {}
     plan = {
-        "aic": sweep["price"],
+        "aic": sweep["halt_threshold"],
         "fixed_k_of_aic": list(range(1, p.k_max + 1)),
         "fixed_k": [None],
         "pondernet": sweep["prior"],
@@ -471,8 +510,13 @@ def gather_evidence(pairs, chosen, random_means, settings) -> dict[str, Any]:
     states with exact Q*."""
     evidence: dict[str, Any] = {"relative_parameter_change_of_aic": {}, "flops_parts": {}}
     evidence["random_halting_target_mean_steps"] = random_means
+    evidence["oracle_flops"] = (
+        "idealised: oracle_halting halts at K on the exact gain of readouts up to K_max (a "
+        "look-ahead over all K_max steps) but is charged K x (core + feature + policy head)"
+    )
     evidence["train_seconds"] = {s: p.train_s for s, p in pairs.items()}
     removal, valid, added = {}, {}, {}
+    evidence["halting_head_quality"] = {s: p.head_quality() for s, p in pairs.items()}
     for seed, p in pairs.items():
         evidence["relative_parameter_change_of_aic"][seed] = p.moved()
         evidence["flops_parts"][seed] = p.flops

@@ -3,7 +3,13 @@
 A policy refines a latent state and reads out an action after every refinement step:
 
     x = E(s),  h_0 = x,  h_k = F_theta(h_{k-1}, x)                    k = 1..K_max  (Eq. 1)
-    z_k = phi(pool(h_k)),  pi_k(. | s) = pi(z_k),  u_k = u_psi(z_k, k / K_max)       (Eq. 2)
+    z_k = phi(pool(h_k)),  pi_k(. | s) = pi(z_k),  u_k = u_psi(z_k, k / K_max, c_k, d_k)  (Eq. 2)
+
+where the halting head also sees the readout's own signal (``readout_signals``, detached):
+its confidence c_k = max_a pi_k(a | s) and its change between steps
+d_k = 1/2 ||pi_k - pi_{k-1}||_1 (d_1 = 0); continuous actions: c_k = 0,
+d_k = mean_a |mu_k - mu_{k-1}|. [G] The design note allows the head any state feature; these
+two are the ones confidence exit halts on.
 
 The value of the action readout after k steps is its expected return
 
@@ -19,6 +25,15 @@ and the value of computation (VoC) of refining beyond step k is the gain it buys
 with g_{K_max} = G_{K_max} = 0. The halting head regresses the *detached* VoC target,
 
     L_halt = sum_k Huber(u_k, sg[g_k])                                              (Eq. 5)
+
+or [G] (``halt_objective="classifier"``) classifies whether the next step pays its price,
+u_k = sigmoid(l_k) ~ P(g_k > lambda_train), with class-balanced binary cross-entropy
+
+    L_halt = -sum_k [w_+ y_k log u_k + w_- (1 - y_k) log(1 - u_k)]                  (Eq. 5')
+    y_k = 1[sg[g_k] > lambda_train],  w_+ = N / (2 N_+),  w_- = N / (2 N_-)
+
+(the gain is zero on most (state, step) pairs, so the regression mostly learns the per-step
+mean; the classifier is then halted with a probability threshold in place of the price).
 
 and inference halts at the first step whose predicted gain no longer pays the price lambda:
 
@@ -74,6 +89,7 @@ class AICPolicy(nn.Module):
         vocab: int = 0,
         action_scale: float = 1.0,
         critic: bool = False,
+        halt_objective: str = "regression",
     ):
         super().__init__()
         check_architecture(architecture, obs_kind, dim)
@@ -86,7 +102,9 @@ class AICPolicy(nn.Module):
             nn.Linear(dim if form == "vector" else 2 * dim, dim), nn.LayerNorm(dim), nn.GELU()
         )
         self.policy_head = nn.Linear(dim, n_actions)
-        self.halting_head = nn.Sequential(nn.Linear(dim + 1, dim), nn.GELU(), nn.Linear(dim, 1))
+        # input: z_k, k / K_max, and the readout's confidence and change (readout_signals)
+        self.halting_head = nn.Sequential(nn.Linear(dim + 3, dim), nn.GELU(), nn.Linear(dim, 1))
+        self.halt_objective = halt_objective
         self.critic_head = nn.Linear(dim, n_actions) if critic else None
 
     def encode(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -104,10 +122,31 @@ class AICPolicy(nn.Module):
         out = self.policy_head(z)
         return torch.tanh(out) * self.action_scale if self.action_kind == "continuous" else out
 
-    def halt_head(self, z: torch.Tensor, k: int) -> torch.Tensor:
-        """Eq. 2: predicted value of computing beyond step k, [B]."""
+    def halt_head(self, z: torch.Tensor, k: int, signals: torch.Tensor) -> torch.Tensor:
+        """Eq. 2: predicted value of computing beyond step k, [B]; ``signals`` [B, 2] are the
+        readout's confidence and change (``readout_signals``). Classifier: P(gain > price)."""
         step = torch.full_like(z[:, :1], k / self.k_max)
-        return self.halting_head(torch.cat([z, step], -1)).squeeze(-1)
+        out = self.halting_head(torch.cat([z, step, signals], -1)).squeeze(-1)
+        return torch.sigmoid(out) if self.halt_objective == "classifier" else out
+
+    def readout_signals(self, readout: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor:
+        """The readout's confidence c_k and change d_k of Eq. 2, detached, [B, 2]."""
+        readout = readout.detach()
+        if self.action_kind == "continuous":
+            confidence = torch.zeros_like(readout[:, 0])
+            change = (
+                torch.zeros_like(confidence)
+                if previous is None
+                else (readout - previous.detach()).abs().mean(-1)
+            )
+            return torch.stack([confidence, change], -1)
+        probs = readout.softmax(-1)
+        confidence = probs.amax(-1)
+        if previous is None:
+            change = torch.zeros_like(confidence)
+        else:
+            change = 0.5 * (probs - previous.detach().softmax(-1)).abs().sum(-1)
+        return torch.stack([confidence, change], -1)
 
     def forward(self, obs: torch.Tensor, k_max: int | None = None) -> dict[str, torch.Tensor]:
         """All K readouts of a batch: actions [B, K, A], halt [B, K], features [B, K, D] and
@@ -120,7 +159,8 @@ class AICPolicy(nn.Module):
             z = self.features(h, focus)
             feats.append(z)
             actions.append(self.act_head(z))
-            halts.append(self.halt_head(z, k))
+            signals = self.readout_signals(actions[-1], actions[-2] if k > 1 else None)
+            halts.append(self.halt_head(z, k, signals))
         out = {
             "actions": torch.stack(actions, 1),
             "halt": torch.stack(halts, 1),
@@ -169,6 +209,23 @@ def halting_loss(predicted: torch.Tensor, target: torch.Tensor, scale: float = 1
     return F.smooth_l1_loss(predicted / scale, target.detach() / scale, beta=1.0)
 
 
+def halting_classifier_loss(
+    probability: torch.Tensor, gain: torch.Tensor, price: float
+) -> torch.Tensor:
+    """Eq. 5': class-balanced binary cross-entropy of P(g_k > price) on the detached gain; each
+    class present in the batch carries an equal share of the weight (one class: plain BCE)."""
+    label = (gain.detach() > price).float()
+    n = label.numel()
+    n_pos = label.sum()
+    n_neg = n - n_pos
+    classes = (n_pos > 0).float() + (n_neg > 0).float()
+    w_pos = n / (classes * n_pos.clamp(min=1))
+    w_neg = n / (classes * n_neg.clamp(min=1))
+    weight = label * w_pos + (1 - label) * w_neg
+    p = probability.clamp(1e-6, 1 - 1e-6)
+    return F.binary_cross_entropy(p, label, weight=weight)
+
+
 def policy_losses(kind: str, actions: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-step imitation / language-modelling loss [K] (cross-entropy or squared error)."""
     if kind == "continuous":
@@ -212,25 +269,25 @@ def adaptive_act(
     batch = obs.shape[0]
     active = torch.arange(batch, device=obs.device)
     h = x
-    actions = None
+    actions, previous = None, None
     steps = torch.zeros(batch, dtype=torch.long, device=obs.device)
     for k in range(1, k_max + 1):
         h = policy.step(h, x)
         z = policy.features(h, focus)
-        halt_now = policy.halt_head(z, k) < price
+        readout = policy.act_head(z)  # the halting head reads its confidence and change
+        halt_now = policy.halt_head(z, k, policy.readout_signals(readout, previous)) < price
         if k == k_max:
             halt_now[:] = True
         if halt_now.any():
             done = active[halt_now]
-            readout = policy.act_head(z[halt_now])
             if actions is None:
                 actions = readout.new_zeros(batch, readout.shape[-1])
-            actions[done] = readout
+            actions[done] = readout[halt_now]
             steps[done] = k
         keep = ~halt_now
         if not keep.any():
             break
-        active, h, x = active[keep], h[keep], x[keep]
+        active, h, x, previous = active[keep], h[keep], x[keep], readout[keep]
         focus = None if focus is None else focus[keep]
     return actions, steps
 
@@ -254,10 +311,10 @@ def count_flops(policy: AICPolicy, obs: torch.Tensor) -> dict[str, int]:
             z = policy.features(h, focus)
         parts["feature"] = counter.get_total_flops()
         with FlopCounterMode(display=False) as counter:
-            policy.act_head(z)
+            readout = policy.act_head(z)
         parts["policy"] = counter.get_total_flops()
         with FlopCounterMode(display=False) as counter:
-            policy.halt_head(z, 1)
+            policy.halt_head(z, 1, policy.readout_signals(readout, None))
         parts["halt"] = counter.get_total_flops()
     policy.train(was_training)
     return {name: int(value) for name, value in parts.items()}
@@ -265,9 +322,10 @@ def count_flops(policy: AICPolicy, obs: torch.Tensor) -> dict[str, int]:
 
 # What a halting rule must compute at every step it runs, besides the core step:
 #   "none":     nothing (fixed K, random halting): one readout at the end;
-#   "halt":     the features and a halting head (AIC, PonderNet, ACT), one readout at the end;
-#   "readout":  the features and the policy readout (confidence exit, exact-value oracle).
-PER_STEP_WORK = ("none", "halt", "readout")
+#   "halt":     the features and a halting head (PonderNet, ACT), one readout at the end;
+#   "readout":  the features and the policy readout (confidence exit, exact-value oracle);
+#   "readout_halt": the features, the readout and a halting head reading it (AIC).
+PER_STEP_WORK = ("none", "halt", "readout", "readout_halt")
 
 
 def flops_per_decision(
@@ -278,6 +336,7 @@ def flops_per_decision(
         fixed K / random:  encoder + K core + feature + policy                (one readout)
         halting head:      encoder + K (core + feature + halt) + policy
         readout each step: encoder + K (core + feature + policy)
+        AIC (head reads the readout): encoder + K (core + feature + policy + halt)
 
     ``halt_flops`` replaces the AIC halting head's cost for another head (PonderNet, ACT)."""
     halt = flops["halt"] if halt_flops is None else halt_flops
@@ -288,4 +347,6 @@ def flops_per_decision(
         return once + steps * (flops["core"] + flops["feature"] + halt) + flops["policy"]
     if per_step == "readout":
         return once + steps * (flops["core"] + flops["feature"] + flops["policy"])
+    if per_step == "readout_halt":
+        return once + steps * (flops["core"] + flops["feature"] + flops["policy"] + halt)
     raise ValueError(f"unknown per-step work {per_step!r}; one of {PER_STEP_WORK}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.stats import mannwhitneyu, spearmanr
 
-from aic.core import AICPolicy, adaptive_act, select_steps, step_returns
+from aic.core import AICPolicy, adaptive_act, select_steps, step_returns, voc_targets
 from aic.tasks import Episode, Task
 
 
@@ -90,3 +91,19 @@ def compacted_rule(policy: AICPolicy, price: float):
         return adaptive_act(policy, obs, price)
 
     return act
+
+
+def head_quality(halt: torch.Tensor, true_returns: torch.Tensor, price: float) -> dict[str, float]:
+    """How well the halting head's values u_k [N, K] rank the exact one-step gain
+    g_k = R*_{k+1} - R*_k of the readouts (pooled over k < K_max): the AUC of u_k for
+    "g_k > price" (the probability that a paying step outranks a non-paying one; 0.5 is
+    state-blind) and the Spearman rank correlation of u_k with g_k. NaN when one class is empty."""
+    gain = voc_targets(true_returns, "one_step")[:, :-1].flatten().double().numpy()
+    value = halt[:, :-1].flatten().double().numpy()
+    label = gain > price
+    n_pos, n_neg = int(label.sum()), int((~label).sum())
+    auc = float("nan")
+    if n_pos and n_neg:
+        auc = float(mannwhitneyu(value[label], value[~label]).statistic / (n_pos * n_neg))
+    rho = float(spearmanr(value, gain).statistic) if gain.std() > 0 else float("nan")
+    return {"auc": auc, "spearman": rho, "paying_fraction": n_pos / max(n_pos + n_neg, 1)}

@@ -14,6 +14,7 @@ from aic.architectures import Architecture
 from aic.core import (
     AICPolicy,
     deep_supervision_loss,
+    halting_classifier_loss,
     halting_loss,
     halting_steps,
     policy_losses,
@@ -48,6 +49,8 @@ class AicModule(LightningModule):
         price_per_step: NonNegativeFloat = 0.01,
         voc_horizon: Literal["one_step", "cumulative"] = "one_step",
         voc_source: Literal["critic", "oracle"] = "critic",
+        halt_objective: Literal["regression", "classifier"] = "regression",
+        halt_threshold: NonNegativeFloat = 0.5,
         halt_weight: NonNegativeFloat = 1.0,
         critic_weight: NonNegativeFloat = 1.0,
         lr: PositiveFloat = 3e-3,
@@ -83,6 +86,7 @@ class AicModule(LightningModule):
             vocab=VOCAB,
             action_scale=spec.action_scale,
             critic=spec.return_kind == "q",
+            halt_objective=halt_objective,
         )
 
     def forward(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -101,8 +105,14 @@ class AicModule(LightningModule):
             q_values = out["q"].detach() if h.voc_source == "critic" else q_star
         if h.mode == "aic":
             returns = step_returns(self.spec.return_kind, out["actions"], target, q_values)
-            losses["halt"] = halting_loss(out["halt"], voc_targets(returns, h.voc_horizon))
-            steps = halting_steps(out["halt"].detach(), h.price_per_step)
+            gains = voc_targets(returns, h.voc_horizon)
+            if h.halt_objective == "classifier":  # Eq. 5': P(gain > price), halted below 1/2
+                losses["halt"] = halting_classifier_loss(out["halt"], gains, h.price_per_step)
+                threshold = h.halt_threshold
+            else:  # Eq. 5: the gain itself, halted below the price
+                losses["halt"] = halting_loss(out["halt"], gains)
+                threshold = h.price_per_step
+            steps = halting_steps(out["halt"].detach(), threshold)
             losses["mean_steps"] = steps.float().mean()
             # Eq. 3 under the exact values (grid: Q*/V*, language: log-lik in nats, robotics:
             # -squared distance to the expert) of the readout AIC halts at, per state
