@@ -1,5 +1,6 @@
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -188,7 +189,11 @@ def test_a_bad_claim_file_stops_before_any_fit(tmp_path, monkeypatch):
     from survival_delay import claim
 
     bad = tmp_path / "claim.yaml"
-    bad.write_text((PROJECT / "configs" / "claim.yaml").read_text().replace("[0, 1, 2]", "[0]"))
+    spec, count = re.subn(
+        r"(?m)^seeds: \[.*\]$", "seeds: [0]", (PROJECT / "configs" / "claim.yaml").read_text()
+    )
+    assert count == 1  # the registered seeds line was found and cut to one seed
+    bad.write_text(spec)
     monkeypatch.setattr(claim, "CLAIM_FILE", bad)
     monkeypatch.setattr(claim, "replications", lambda *a, **k: pytest.fail("fitted first"))
     with pytest.raises(ValueError, match="at least 3 seeds"):
