@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from atwu.data import DataFormatError, QAItem, prompt_ids, read_json_records
+from atwu.records import DataFormatError, QAItem, prompt_ids, read_json_records
 from papers_data import DatasetNotFoundError, resolve_data_root
 
 RWKU_HOW_TO_GET = (
