@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from papers_eval.jobs import (
+    ClaimJobs,
     Job,
     JobError,
     job_key,
@@ -243,6 +244,29 @@ def test_runner_options_read_the_shared_flags():
     assert options == {"workers": 1, "fresh": True, "scheduler": "tcp://h:8786"}
     with pytest.raises(ValueError, match="at least 1"):
         runner_options(args(jobs=0), default_workers=2)
+
+
+def test_claim_jobs_bind_the_runner_and_keep_every_result(tmp_path, marks):
+    args = argparse.Namespace(jobs=None, fresh=False, scheduler=None, quick=True)
+    cache = tmp_path / "jobs"
+    run = ClaimJobs(jobs_fns.record_call, args=args, settings=marks, cache_dir=cache,
+                    revision="r1", label="demo")  # fmt: skip
+    assert run.options["workers"] == 1  # --quick without --jobs: in process
+    first = run([Job("a", 1), Job("b", 2, {"scale": 5})])
+    assert {job.subject: value["x"] for job, value in first.items()} == {"a": 1, "b": 10}
+    # A second batch loads the cached job and runs the new one; ``ran`` keeps both batches.
+    again = run.results([Job("a", 1), Job("c", 0)])
+    assert [r.cached for r in again] == [True, False]
+    assert [r.job.subject for r in run.ran] == ["a", "b", "a", "c"]
+    assert jobs_fns.calls(marks) == ["a-test-1", "b-test-2", "c-test-0"]
+    # Settings given for one batch replace the bound ones for that batch only.
+    other = {"marks": str(tmp_path / "other")}
+    assert run([Job("d", 3)], other)[Job("d", 3)]["x"] == 3
+    assert jobs_fns.calls(other) == ["d-test-3"] and "d-test-3" not in jobs_fns.calls(marks)
+    unbound = ClaimJobs(jobs_fns.record_call, args=args, cache_dir=cache, revision="r1",
+                        label="demo")  # fmt: skip
+    with pytest.raises(ValueError, match="no settings"):
+        unbound([Job("a", 1)])
 
 
 def test_quiet_lightning_silences_banners_and_restores():

@@ -56,11 +56,9 @@ from ibci_fewshot.model import IbciModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 from papers_eval.jobs import (
+    ClaimJobs,
     Job,
-    JobResult,
     canonical_json,
-    run_jobs,
-    runner_options,
     summarise_jobs,
 )
 from papers_eval.record import code_revision
@@ -323,21 +321,8 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     settings = dict(spec.settings)
-    options = runner_options(args, default_workers=2)
-    ran: list[JobResult] = []
-
-    def run(jobs: list[Job]) -> dict[Job, Any]:
-        results = run_jobs(
-            claim_job,
-            jobs,
-            settings=settings,
-            cache_dir=JOBS_DIR,
-            revision=code_revision(PROJECT),
-            label="ibci-fewshot",
-            **options,
-        )
-        ran.extend(results)
-        return {r.job: r.value for r in results}
+    run = ClaimJobs(claim_job, args=args, settings=settings, cache_dir=JOBS_DIR,
+                    revision=code_revision(PROJECT), label="ibci-fewshot")  # fmt: skip
 
     # ---- the backbones, stored for the later jobs
     fits = {(b, seed): Job(b, seed, {}, "fit") for seed in spec.seeds for b in BACKBONES}
@@ -425,7 +410,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         headline=headline,
         notes=notes,
         figures=figures,
-        jobs=summarise_jobs(ran),
+        jobs=summarise_jobs(run.ran),
     )
     return {"verdict": judgement.verdict, "results": results}
 

@@ -45,7 +45,7 @@ import torch  # noqa: E402
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
-from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval.jobs import ClaimJobs, Job, JobResult, summarise_jobs  # noqa: E402
 from papers_eval.record import code_revision  # noqa: E402
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from rlawm import core, uses  # noqa: E402
@@ -646,21 +646,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     settings = dict(spec.settings)
     seeds = list(spec.seeds)
     timings: dict[str, Any] = {}
-    options = runner_options(args, default_workers=2)
-    jobs: list[JobResult] = []  # every job run or loaded from the cache, for the record
-
-    def run(todo: list[Job]) -> list[JobResult]:
-        done = run_jobs(
-            claim_job,
-            todo,
-            settings=settings,
-            cache_dir=JOBS_DIR,
-            revision=code_revision(PROJECT),
-            label="rla-wm",
-            **options,
-        )
-        jobs.extend(done)
-        return done
+    runner = ClaimJobs(claim_job, args=args, settings=settings, cache_dir=JOBS_DIR,
+                       revision=code_revision(PROJECT), label="rla-wm")  # fmt: skip
+    run = runner.results  # a batch's JobResults; runner.ran keeps every one for the record
 
     worlds: dict[int, str] = {}  # seed -> the digest of its world in INPUTS_DIR
     build_s: dict[int, float] = {}  # seed -> the world job's wall time
@@ -773,7 +761,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         notes=NOTES,
         figures=[*figures, "details.json"],
         n_resamples=resamples,
-        jobs=summarise_jobs(jobs),
+        jobs=summarise_jobs(runner.ran),
     )
     return {"verdict": judgement.verdict, "results": results, "details": details}
 

@@ -53,7 +53,7 @@ from papers_cli import project_dir_of, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
 from papers_eval.claim_record import Replication
 from papers_eval.diagnosis import finding
-from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.jobs import ClaimJobs, Job, summarise_jobs
 from papers_eval.mechanism import budget_evidence
 from papers_eval.record import code_revision
 from papers_eval.stats import contrast_interval
@@ -333,21 +333,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
-    options = runner_options(args, default_workers=2)
-    ran: list[JobResult] = []
-
-    def run(jobs: list[Job], settings: dict[str, Any]) -> dict[Job, Any]:
-        results = run_jobs(
-            claim_job,
-            jobs,
-            settings=settings,
-            cache_dir=JOBS_DIR,
-            revision=code_revision(PROJECT),
-            label="seqrejectron",
-            **options,
-        )
-        ran.extend(results)
-        return {r.job: r.value for r in results}
+    # No bound settings: each batch passes its own (the replication's differ from the seeds').
+    run = ClaimJobs(claim_job, args=args, cache_dir=JOBS_DIR, revision=code_revision(PROJECT),
+                    label="seqrejectron")  # fmt: skip
 
     registered = experiment(spec, run)
     judgement = judge(spec, registered.results)
@@ -380,7 +368,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         tuning=registered.tuning,
         evidence=registered.evidence,
         notes=notes(registered.evidence, registered.results, spec),
-        jobs=summarise_jobs(ran),
+        jobs=summarise_jobs(run.ran),
         budget=budget,
         diagnosis=functools.partial(diagnose, spec=spec, failed=[c.name for c in failed]),
     )

@@ -55,7 +55,7 @@ from papers_eval import (
     write_claim,
 )
 from papers_eval.diagnosis import finding
-from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.jobs import ClaimJobs, Job, summarise_jobs
 from papers_eval.mechanism import budget_evidence
 from papers_eval.record import code_revision
 from papers_gpu import derived_seed
@@ -300,23 +300,10 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
     start = time.perf_counter()
     settings = dict(spec.settings)
-    options = runner_options(args, default_workers=2)
-    ran: list[JobResult] = []
-
-    def run(jobs: list[Job]) -> dict[Job, Any]:
-        # One torch thread per job (the runner's default): for these small float64 tensors one
-        # thread is fastest on shared cores.
-        results = run_jobs(
-            claim_job,
-            jobs,
-            settings=settings,
-            cache_dir=JOBS_DIR,
-            revision=code_revision(PROJECT),
-            label="survival-reporting-delay",
-            **options,
-        )
-        ran.extend(results)
-        return {r.job: r.value for r in results}
+    # One torch thread per job (the runner's default): for these small float64 tensors one
+    # thread is fastest on shared cores.
+    run = ClaimJobs(claim_job, args=args, settings=settings, cache_dir=JOBS_DIR,
+                    revision=code_revision(PROJECT), label="survival-reporting-delay")  # fmt: skip
 
     registered = experiment(spec, run, studies=True)
     results = registered["results"]
@@ -366,7 +353,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         headline=_headline(results),
         notes=_notes(evidence),
         figures=figures,
-        jobs=summarise_jobs(ran),
+        jobs=summarise_jobs(run.ran),
         budget=budget,
         diagnosis=functools.partial(diagnose, failed=[c.name for c in failed]),
     )
@@ -408,7 +395,7 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
         return []
     findings = []
     runs = [("registered seeds", "outcomes")]
-    if record.get("replication"):
+    if "outcomes" in (record.get("replication") or {}):  # {"run": False} without --replicate
         runs.append(("replication seeds", "replication.outcomes"))
     for check in failed:
         window = check.removeprefix("beats_usable_at_").removesuffix("y")

@@ -12,6 +12,10 @@ top-level function ``fn(job, settings) -> value``::
     by_job = {r.job: r.value for r in results}   # or zip(jobs, results): same order as jobs
     record["jobs"] = summarise_jobs(results)      # per-job wall time and peak memory
 
+``ClaimJobs`` binds those arguments once for a whole claim run (``run = ClaimJobs(fit_one,
+args=args, settings=settings, cache_dir=..., revision=..., label="permflow")``; ``run(jobs)`` is
+``{job: value}``, ``run.ran`` every result for ``summarise_jobs``).
+
 What it does, the same way for every project:
 
 - **Workers.** ``workers == 1`` runs the jobs in the calling process (no pool); ``workers > 1``
@@ -867,6 +871,60 @@ def summarise_jobs(results: Sequence[JobResult]) -> dict[str, Any]:
             for r in rows
         ],
     }
+
+
+class ClaimJobs:
+    """``run_jobs`` bound to one claim run, the wrapper every ``claim.py`` would otherwise write.
+
+    It holds the job function, the settings, the cache folder, the code revision, the label and
+    reproduce's shared flags (``runner_options``). Calling it with a batch of jobs runs (or loads
+    from the cache) each one and returns ``{job: value}``; ``results`` returns the ``JobResult``
+    list instead. Every result lands in ``ran``, in order, for the record
+    (``summarise_jobs(runner.ran)``). ``settings=`` on a call overrides the bound settings for
+    that batch (a claim whose stages use different settings)."""
+
+    def __init__(
+        self,
+        fn: Callable[[Job, Mapping[str, Any]], Any],
+        *,
+        args: Any,
+        cache_dir: str | Path,
+        revision: str,
+        label: str,
+        settings: Mapping[str, Any] | None = None,
+        default_workers: int = 2,
+        threads: int | None = 1,
+    ) -> None:
+        self.fn = fn
+        self.settings = settings
+        self.options = runner_options(args, default_workers=default_workers)
+        self.cache_dir, self.revision, self.label = cache_dir, revision, label
+        self.threads = threads
+        self.ran: list[JobResult] = []
+
+    def results(
+        self, jobs: Sequence[Job], settings: Mapping[str, Any] | None = None
+    ) -> list[JobResult]:
+        settings = self.settings if settings is None else settings
+        if settings is None:
+            raise ValueError(f"{self.label}: no settings bound and none given for this batch")
+        done = run_jobs(
+            self.fn,
+            jobs,
+            settings=settings,
+            cache_dir=self.cache_dir,
+            revision=self.revision,
+            label=self.label,
+            threads=self.threads,
+            **self.options,
+        )
+        self.ran.extend(done)
+        return done
+
+    def __call__(
+        self, jobs: Sequence[Job], settings: Mapping[str, Any] | None = None
+    ) -> dict[Job, Any]:
+        return {r.job: r.value for r in self.results(jobs, settings)}
 
 
 def runner_options(args: Any, *, default_workers: int) -> dict[str, Any]:
