@@ -1,14 +1,11 @@
 import pytest
 
-from papers_eval import load_claim
+from papers_eval import load_claim, reproducible_part
 from seqrejectron.claim import run_claim_experiment
-
-# What a run records beside its numbers: times, dates, the machine, the job summary.
-RUN_FACTS = ("wall_time_s", "created", "command", "hardware", "provenance", "jobs")
 
 
 def numbers(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in RUN_FACTS}
+    return reproducible_part(record)  # no run facts, no budget timings
 
 
 @pytest.mark.slow  # about 3 min: three --quick runs, one on two spawned workers

@@ -73,8 +73,7 @@ def results(errors: dict[str, float], seeds=(0, 1, 2), n_items=40) -> dict:
     for subject, mean in errors.items():
         out[subject] = {
             "error": [
-                mean + 0.05 * np.random.default_rng(seed).standard_normal(n_items)
-                for seed in seeds
+                mean + 0.05 * np.random.default_rng(seed).standard_normal(n_items) for seed in seeds
             ]
         }
     return out
@@ -259,9 +258,10 @@ def test_a_full_run_refuses_a_dirty_tree_unless_allowed_and_then_says_so(repo):
     record = load_claim(write(repo, spec, results(GOOD)))
     assert record["provenance"]["dirty"] and record["provenance"]["allow_dirty"]
     assert record["git_revision"].endswith("+dirty")
-    assert "uncommitted changes (allowed with --allow-dirty)" in (
-        repo / "results" / "claim.md"
-    ).read_text()
+    assert (
+        "uncommitted changes (allowed with --allow-dirty)"
+        in (repo / "results" / "claim.md").read_text()
+    )
 
 
 def test_the_record_keeps_the_whole_command_line(tmp_path):
@@ -295,9 +295,10 @@ def test_changing_the_spec_after_a_judged_run_keeps_the_earlier_record(repo):
     md = (repo / "results" / "claim.md").read_text()
     assert f"Re-specified after {revision}, outcome known" in md
     # rerunning the re-specified spec keeps the mark and does not archive again
-    assert load_claim(write(repo, changed, results(GOOD, seeds=(0, 1, 2, 3))))[
-        "respecified_after"
-    ] == revision
+    assert (
+        load_claim(write(repo, changed, results(GOOD, seeds=(0, 1, 2, 3))))["respecified_after"]
+        == revision
+    )
     assert len(list((repo / "results" / "history").iterdir())) == 1
 
 
@@ -421,7 +422,9 @@ def test_schema_2_records_still_load_marked_protocol_2_but_not_where_v3_is_neede
     v2["schema_version"], v2["verdict"] = 2, "held"
     path.write_text(json.dumps(v2))
     assert load_claim(path)["protocol"] == 2
-    with pytest.raises(RecordSchemaError, match=r"schema-2 record; .* replaced by schema 3 \(protocol v3"):
+    with pytest.raises(
+        RecordSchemaError, match=r"schema-2 record; .* replaced by schema 3 \(protocol v3"
+    ):
         load_claim(path, require_v3=True)
 
 
@@ -441,3 +444,31 @@ def test_a_cited_path_may_cross_keys_that_hold_dots():
         resolve(record, "metrics.m.sq_err_w0.5.mean")
     with pytest.raises(KeyError, match="ci.2"):
         resolve(record, "outcomes.m.beats_at_0.5y.advantage.ci.2")
+
+
+def test_the_reproducible_part_leaves_out_run_facts_and_budget_timings():
+    """Two runs of one claim differ in their timings only: the comparable part drops the run's
+    facts and every wall-time-derived budget field, and keeps the budget's metrics and gaps."""
+    from papers_eval import reproducible_part
+    from papers_eval.mechanism import budget_evidence
+
+    def run(subject, multiplier, seed):
+        return {"metric": {"m": 1.0, "r": 2.0}[subject] * multiplier, "wall_time_s": seed + 1.0}
+
+    budget = budget_evidence(run, method="m", rival="r", goal="lower", seed=0)
+    facts = {"wall_time_s": 3.0, "created": "now", "jobs": {}, "hardware": {}, "provenance": {}}
+    record = {"verdict": "did not hold", "command": "reproduce", "budget": budget, **facts}
+    part = reproducible_part(record)
+    assert set(part) == {"verdict", "budget"}
+    assert part["budget"]["points"] == {
+        "m": {"1": {"metric": 1.0}, "2": {"metric": 2.0}},
+        "r": {"1": {"metric": 2.0}, "2": {"metric": 4.0}},
+    }
+    assert part["budget"]["gap"] == budget["gap"] and part["budget"]["gap_closes"] is True
+    assert "method_to_rival_time_ratio" not in part["budget"]
+    assert "equal_wall_time_gap" not in part["budget"]
+    assert record["budget"]["points"]["m"]["1"]["wall_time_s"] == 1.0  # the record is untouched
+    assert reproducible_part({"verdict": "held", "budget": None}) == {
+        "verdict": "held",
+        "budget": None,
+    }

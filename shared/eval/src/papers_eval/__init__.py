@@ -52,6 +52,7 @@ _EXPORTS = {
     "V3_FIELDS": "claim_record",
     "attach_diagnosis": "claim_record",
     "load_claim": "claim_record",
+    "reproducible_part": "claim_record",
     "render_markdown": "claim_record",
     "write_claim": "claim_record",
     # papers_eval.diagnosis
@@ -127,6 +128,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
         attach_diagnosis,
         load_claim,
         render_markdown,
+        reproducible_part,
         write_claim,
     )
     from papers_eval.diagnosis import CAUSES, Cite, DiagnosisError, Finding, finding
@@ -187,6 +189,7 @@ __all__ = [
     "pareto_front",
     "pareto_plot",
     "render_markdown",
+    "reproducible_part",
     "run_seeds",
     "summarise",
     "tune",

@@ -622,6 +622,31 @@ def _outcome_cell(outcome: Mapping[str, Any]) -> str:
     return f"{mark}: {format_value(advantage['estimate'])} {interval}"
 
 
+RUN_FACTS = ("wall_time_s", "created", "command", "hardware", "provenance", "jobs")
+
+
+def reproducible_part(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a rerun of the same claim at the same code must write again, number for number: the
+    record without the facts of the run (``RUN_FACTS``: its time, date, command, machine and job
+    summary) and without the budget evidence's timings (``wall_time_s`` of each point and what
+    is computed from them, ``method_to_rival_time_ratio`` and ``equal_wall_time_gap``), which
+    vary from one run to the next. For tests that compare two runs (worker counts, the cache)."""
+
+    def untimed(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {
+                k: untimed(v)
+                for k, v in node.items()
+                if "wall_time" not in k and k != "method_to_rival_time_ratio"
+            }
+        return node
+
+    out = {k: v for k, v in record.items() if k not in RUN_FACTS}
+    if out.get("budget"):
+        out["budget"] = untimed(out["budget"])
+    return out
+
+
 def load_claim(path: str | os.PathLike, *, require_v3: bool = False) -> dict[str, Any]:
     """Read a ``claim.json``: schema 3, or schema 2 (kept and rendered, marked ``protocol: 2``
     until its project reruns under v3). ``require_v3`` refuses schema 2 naming the change;
