@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from collate_results import build_table, result_cells
+from collate_results import build_table, build_times_table, result_cells
 from papers_eval import (
     Replication,
     finding,
@@ -24,7 +24,9 @@ ERRORS = {
 }
 
 
-def write_record(folder, errors, quick=False, protocol=2, replicate_with=None, diagnosis=None):
+def write_record(
+    folder, errors, quick=False, protocol=2, replicate_with=None, diagnosis=None, wall_time_s=0
+):
     folder.mkdir(parents=True, exist_ok=True)
     spec_file = folder / "claim.yaml"
     raw = {
@@ -64,7 +66,7 @@ def write_record(folder, errors, quick=False, protocol=2, replicate_with=None, d
         results=results,
         judgement=judge(spec, results),
         config={},
-        wall_time_s=0,
+        wall_time_s=wall_time_s,
         replication=replication,
         diagnosis=diagnosis,
     )
@@ -144,3 +146,23 @@ def test_table_rows_for_planned_and_unmeasured_projects(tmp_path):
     rows = build_table(tmp_path).splitlines()
     assert rows[2] == "| A | a | x | planned | - | - | - | - |"
     assert rows[3] == "| B | [b](projects/b) | y | in progress | - | - | - | - |"
+
+
+def test_the_times_table_lists_each_full_record_with_its_wall_time_and_seeds(tmp_path):
+    """A full record's wall time, seeds (registered + replication), cores and the 20-minute
+    budget; a --quick record and a project without a record get no row."""
+    (tmp_path / "papers.toml").write_text(
+        "".join(f'[[paper]]\nslug = "{s}"\ntitle = "{s}"\nclaim = "x"\n' for s in "abcd")
+    )
+    projects = tmp_path / "projects"
+    write_record(projects / "a", ERRORS["held"], protocol=3, replicate_with=ERRORS["held"],
+                 wall_time_s=1500)  # fmt: skip
+    write_record(projects / "b", ERRORS["held"], wall_time_s=90)
+    write_record(projects / "c", ERRORS["held"], quick=True, wall_time_s=20)
+    (projects / "d").mkdir()
+    rows = build_times_table(tmp_path).splitlines()
+    assert len(rows) == 4
+    a, b = (row.split(" | ") for row in rows[2:])
+    assert a[:3] == ["| a", "25.0 min", "3 + 3"] and a[-1] == "no |"
+    assert b[:3] == ["| b", "1.5 min", "3"] and b[-1] == "yes |"
+    assert a[3] == "-"  # no job summary in these records

@@ -1,9 +1,10 @@
-"""Rebuild the papers table in README.md from papers.toml and each project's results/claim.json.
+"""Rebuild the papers table and the claim-run times table in README.md from papers.toml and each
+project's results/claim.json.
 
     uv run tools/collate_results.py           # rewrite the table in README.md
     uv run tools/collate_results.py --check   # exit 1 when README.md is out of date
 
-The table sits between the markers below; nothing between them is typed by hand.
+Each table sits between its markers below; nothing between them is typed by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from papers_eval import RecordSchemaError, load_claim, load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- papers-table:start -->", "<!-- papers-table:end -->"
+TIMES_START, TIMES_END = "<!-- run-times:start -->", "<!-- run-times:end -->"
+BUDGET_S = 20 * 60  # every full `reproduce` should finish within 20 minutes on 2 cores
 
 
 def _cell(text: str) -> str:
@@ -115,12 +118,53 @@ def build_table(root: Path = ROOT) -> str:
     return "\n".join(rows)
 
 
-def render_readme(readme: str, table: str) -> str:
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md lacks the markers {START} and {END}")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{table}\n{END}{tail}"
+def _minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def build_times_table(root: Path = ROOT) -> str:
+    """One row per project with a full (not --quick) record: the wall time the record states,
+    the seeds it ran (registered + replication), its jobs (run / loaded from the job cache; "-"
+    for records written before the shared runner), the commit and the core count it ran on."""
+    papers = tomllib.loads((root / "papers.toml").read_text())["paper"]
+    columns = ["project", "reproduce wall time", "seeds", "jobs run / cached", "cores", "commit",
+               "within 20 min"]  # fmt: skip
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for paper in papers:
+        claim_file = root / "projects" / paper["slug"] / "results" / "claim.json"
+        if not claim_file.is_file():
+            continue
+        record = load_claim(claim_file)
+        if record.get("quick"):
+            continue
+        seconds = record.get("wall_time_s")
+        seeds = str(len(record.get("seeds") or []))
+        replication = record.get("replication") or {}
+        if replication.get("seeds") and replication.get("run", True):
+            seeds += f" + {len(replication['seeds'])}"
+        jobs = record.get("jobs") or {}
+        ran = f"{jobs['ran']} / {jobs['cached']}" if "ran" in jobs else "-"
+        cores = (record.get("hardware") or {}).get("cpu_count", "-")
+        commit = (record.get("git_revision") or "-")[:12]
+        within = "-" if seconds is None else ("yes" if seconds <= BUDGET_S else "no")
+        cells = [paper["slug"], _minutes(seconds), seeds, ran, str(cores), commit, within]
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def _replace_between(readme: str, start: str, end: str, table: str) -> str:
+    if start not in readme or end not in readme:
+        raise SystemExit(f"README.md lacks the markers {start} and {end}")
+    head, rest = readme.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{table}\n{end}{tail}"
+
+
+def render_readme(readme: str, table: str, times: str | None = None) -> str:
+    readme = _replace_between(readme, START, END, table)
+    if times is not None:
+        readme = _replace_between(readme, TIMES_START, TIMES_END, times)
+    return readme
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,10 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     readme_path = ROOT / "README.md"
     current = readme_path.read_text()
-    updated = render_readme(current, build_table())
+    updated = render_readme(current, build_table(), build_times_table())
     if args.check:
         if updated != current:
-            print("README.md's papers table is stale: run `uv run tools/collate_results.py`")
+            print("README.md's generated tables are stale: run `uv run tools/collate_results.py`")
             return 1
         return 0
     readme_path.write_text(updated)
