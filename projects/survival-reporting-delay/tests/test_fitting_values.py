@@ -163,11 +163,11 @@ def test_fit_mcem_grows_the_sample_stops_after_calm_steps_at_full_size_and_avera
     below tol (strictly) at the full sample size; `patience` calm iterations in a row stop the
     chain; the estimate is the mean of the last `average_last` iterates; every argument reaches
     the EM step; the trace records (iteration, draws, max change)."""
-    schedule = MCEMSchedule(start_draws=2, max_draws=4, growth=2.0, max_iter=10, tol=0.1,
+    schedule = MCEMSchedule(start_draws=2, max_draws=4, growth=2.0, max_iter=10, tol=0.125,
                             patience=2, average_last=2, m_step_iter=7)  # fmt: skip
     # draws 2, 4, 4, ...: k=0 small (not at full size), k=1 calm, k=2 change == tol (not calm),
-    # k=3 calm, k=4 calm -> stop after five iterations.
-    step = _ScriptedStep([1.0, 0.05, 0.1, 0.05, 0.04, 0.5, 0.5])
+    # k=3 calm, k=4 calm -> stop after five iterations. Binary fractions: the changes are exact.
+    step = _ScriptedStep([1.0, 0.0625, 0.125, 0.0625, 0.03125, 0.5, 0.5])
     monkeypatch.setattr(fitting, "mcem_iteration", step)
     reduce = object()
     result = fit_mcem(JointModel.build(0), None, _start(), ("theta", "phi"), schedule, seed=5,
@@ -177,13 +177,12 @@ def test_fit_mcem_grows_the_sample_stops_after_calm_steps_at_full_size_and_avera
     assert all(c[1:] == (7, reduce, 0.3, 5) for c in step.calls)
     assert [row["iteration"] for row in result.trace] == [0, 1, 2, 3, 4]
     assert [row["draws"] for row in result.trace] == [2, 4, 4, 4, 4]
-    assert [row["max_change"] for row in result.trace] == pytest.approx(
-        [1.0, 0.05, 0.1, 0.05, 0.04]
-    )
+    changes = [row["max_change"] for row in result.trace]
+    assert changes == [1.0, 0.0625, 0.125, 0.0625, 0.03125]
     assert set(result.trace[0]) == {"iteration", "draws", "max_change"}
-    # The mean of the last two iterates: theta 1.20 and 1.24, phi -0.120 and -0.124.
-    torch.testing.assert_close(result.blocks["theta"], torch.full((2,), 1.22, dtype=F64))
-    torch.testing.assert_close(result.blocks["phi"], torch.full((2,), -0.122, dtype=F64))
+    # The mean of the last two iterates: theta 1.25 and 1.28125, phi a tenth of it, negated.
+    torch.testing.assert_close(result.blocks["theta"], torch.full((2,), 1.265625, dtype=F64))
+    torch.testing.assert_close(result.blocks["phi"], torch.full((2,), -0.1265625, dtype=F64))
 
 
 def test_fit_mcem_counts_calm_iterations_from_the_first_and_reports_a_chain_that_never_settles(

@@ -4,15 +4,18 @@ the stopping rule counts calm iterations at the largest Monte Carlo size, and va
 log the transfer's shift, risk and IBNR count computed independently here."""
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from survival_delay.core import JointModel
 from survival_delay.fitting import MCEMSchedule, default_start, fit_direct, mcem_iteration
 from survival_delay.model import JointHazardModule
+from survival_delay.persist import load_fit
 from survival_delay.simulate import Truth, simulate_study
 
 
@@ -56,6 +59,7 @@ def test_training_epochs_are_mcem_iterations_averaged_with_the_stopping_rule(stu
     for epoch in range(4):
         module.trainer.current_epoch = epoch
         torch.manual_seed(100 + epoch)
+        torch.rand(5)  # another user of the global generator must not change the E-step draws
         module.training_step({"source": source.cohort}, 0)
         draws = schedule.draws(epoch)
         new = mcem_iteration(
@@ -133,3 +137,73 @@ def test_validation_fits_the_shift_and_test_evaluates_the_saved_parameters(study
     assert float(test["test/ibnr"]) == pytest.approx(2 * float(ibnr))
     assert float(test["test/risk_error"]) == pytest.approx(float(risk) - float(truth.mean()))
     assert not math.isnan(float(np.mean([float(v) for v in test.values()])))
+
+
+def test_every_fit_of_a_step_goes_through_the_cross_process_reduce(study):
+    """Under DDP each process holds a shard: the M-step's objective and gradient, the direct
+    fit's and validation's shift fit must all be all-reduced, or each rank fits its own shard.
+    Counted with a reduce that records its calls (the mean of one process is the identity)."""
+    source, target = study
+    for method in ("mcem", "direct"):
+        calls: list[tuple] = []
+        module = _module([], method=method, start_draws=4, m_step_iter=5)
+        module.trainer.strategy = SimpleNamespace(
+            reduce=lambda value, reduce_op, calls=calls: calls.append(value.shape) or value
+        )
+        module.training_step({"source": source.cohort}, 0)
+        # the shared start (3 blocks) and the logged log-likelihood (1), the rest from the fit
+        assert len(calls) > 4 + 10, (method, len(calls))
+        calls.clear()
+        module.validation_step({"target": target.cohort}, 0)
+        assert len(calls) > 2 + 5, len(calls)  # risk and IBNR (2), the rest from the shift fit
+
+
+def test_validation_and_test_on_data_without_a_truth_log_no_risk_error(study):
+    """Real data carry no true risk: the datamodule has no ``target_truth`` at all."""
+    _, target = study
+    logged: list[dict] = []
+    module = _module(logged)
+    module.trainer.datamodule = SimpleNamespace()
+    module.validation_step({"target": target.cohort}, 0)
+    module.test_step({"target": target.cohort}, 0)
+    assert set(logged[0]) == {"val/gamma", "val/timely_risk", "val/ibnr"}
+    assert set(logged[1]) == {"test/gamma", "test/timely_risk", "test/ibnr"}
+
+
+def _fit_end_trainer(tmp_path, target, **flags):
+    values = dict(global_rank=0, sanity_checking=False, fast_dev_run=False)
+    values.update(flags)
+    return SimpleNamespace(
+        log_dir=str(tmp_path / "logs"),
+        default_root_dir=str(tmp_path / "root"),
+        datamodule=SimpleNamespace(
+            target=target.cohort, target_ids=np.arange(len(target.cohort)) + 700
+        ),
+        **values,
+    )
+
+
+@pytest.mark.parametrize(
+    "flags", [{}, {"global_rank": 1}, {"sanity_checking": True}, {"fast_dev_run": True}]
+)
+def test_the_fit_end_writes_the_fitted_model_once_on_rank_0_into_the_log_dir(
+    study, tmp_path, flags
+):
+    """Rank 0 of a real fit writes fitted_params.json and timely_risk.csv (with the data's
+    policy ids) into the trainer's log_dir; other ranks, the sanity check and fast_dev_run
+    write nothing."""
+    _, target = study
+    module = _module([], horizon=0.8)
+    module.theta.data.copy_(torch.tensor([0.1, 0.2, -0.3], dtype=torch.float64))
+    module.trainer = _fit_end_trainer(tmp_path, target, **flags)
+    module.on_fit_end()
+    written = tmp_path / "logs" / "fitted_params.json"
+    assert not (tmp_path / "root").exists()
+    if flags:
+        assert not written.exists()
+        return
+    joint, blocks, config = load_fit(written)
+    torch.testing.assert_close(blocks["theta"], module.theta.data)
+    assert config["horizon"] == 0.8
+    table = pd.read_csv(Path(tmp_path / "logs" / "timely_risk.csv"))
+    assert table["policy_id"].tolist() == list(range(700, 700 + len(target.cohort)))
