@@ -19,6 +19,12 @@ from survival_delay.persist import load_fit
 from survival_delay.simulate import Truth, simulate_study
 
 
+def _mean_over_one_process(value, reduce_op):
+    # The module averages over processes (a sum would scale every objective by the world size).
+    assert reduce_op == "mean", reduce_op
+    return value
+
+
 class StubTrainer(SimpleNamespace):
     """What the module reads from its trainer: the epoch, a mean all-reduce, the world size,
     the datamodule's truth and the stop flag."""
@@ -28,7 +34,7 @@ class StubTrainer(SimpleNamespace):
             current_epoch=0,
             should_stop=False,
             world_size=1,
-            strategy=SimpleNamespace(reduce=lambda value, reduce_op: value),
+            strategy=SimpleNamespace(reduce=_mean_over_one_process),
             datamodule=SimpleNamespace(target_truth=truth),
         )
 
