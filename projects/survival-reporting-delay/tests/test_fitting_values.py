@@ -211,3 +211,36 @@ def test_fit_mcem_counts_calm_iterations_from_the_first_and_reports_a_chain_that
     reference = MCEMSchedule()
     expected = [reference.draws(k) for k in range(result.iterations)]
     assert [c[0] for c in default.calls] == expected and default.calls[0][1] == 50
+
+
+def test_both_m_steps_are_all_reduced_across_processes():
+    """Under DDP every process holds a shard: the event M-step (theta's gradient) and the delay
+    M-step (phi's) must both pass their objective and gradient through ``reduce``."""
+    from survival_delay.simulate import Truth, simulate_study
+
+    source, _ = simulate_study(3, Truth(), n_source=300, n_target=50, target_window=0.5)
+    model = JointModel.build(1)
+    shapes: list[tuple] = []
+
+    def reduce(value):
+        shapes.append(tuple(value.shape))
+        return value
+
+    start = fitting.default_start(model, source.cohort)
+    generator = torch.Generator().manual_seed(0)
+    fitting.mcem_iteration(model, source.cohort, start, ("theta", "phi"), 8, generator, 5, reduce)
+    assert (3,) in shapes and (2,) in shapes  # theta = 2 baseline + 1 coefficient; phi = 2
+
+
+def test_the_time_grid_defaults_to_no_shift_and_256_cells():
+    from survival_delay.simulate import Truth, simulate_study
+
+    source, _ = simulate_study(4, Truth(), n_source=60, n_target=20, target_window=0.5)
+    model = JointModel.build(1)
+    theta = torch.tensor([0.0, 0.2, 0.3], dtype=F64)
+    phi = torch.tensor([-2.0, 0.0], dtype=F64)
+    t, probs = model.posterior_time_grid(theta, phi, source.cohort)
+    t0, probs0 = model.posterior_time_grid(theta, phi, source.cohort, 0.0, 256)
+    assert probs.shape == (len(source.cohort), 256)
+    torch.testing.assert_close(probs, probs0, rtol=0, atol=0)
+    torch.testing.assert_close(t, t0, rtol=0, atol=0)
