@@ -213,3 +213,13 @@ def test_the_fit_end_writes_the_fitted_model_once_on_rank_0_into_the_log_dir(
     assert config["horizon"] == 0.8
     table = pd.read_csv(Path(tmp_path / "logs" / "timely_risk.csv"))
     assert table["policy_id"].tolist() == list(range(700, 700 + len(target.cohort)))
+
+
+def test_the_fit_end_numbers_policies_from_0_when_the_data_carry_no_ids(study, tmp_path):
+    _, target = study
+    module = _module([], horizon=0.8)
+    module.trainer = _fit_end_trainer(tmp_path, target)
+    module.trainer.datamodule = SimpleNamespace(target=target.cohort)  # no target_ids
+    module.on_fit_end()
+    table = pd.read_csv(tmp_path / "logs" / "timely_risk.csv")
+    assert table["policy_id"].tolist() == list(range(len(target.cohort)))
