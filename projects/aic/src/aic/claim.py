@@ -596,22 +596,51 @@ def _metric_path(prefix: str, subject: str, metric: str, part: str = "mean") -> 
     return f"{root}.{subject}.{metric}.{part}"
 
 
-def diagnose(record: dict[str, Any], failed: list[str]) -> list:
-    """Why the method failed a check, from the record's numbers (protocol v3).
+HALTING_RULES = ("pondernet", "act", "confidence_exit")  # baselines that allocate steps
 
-    Per failed check and seed set: a positive advantage whose interval reaches 0 while a
-    halting baseline on the same backbone clears the check's bar, or the oracle on the same
-    network does, points at AIC's learned allocation (implementation); no rule clearing it
-    points at the check's noise; a negative advantage with the oracle passing is evidence
-    against the idea here. The budget evidence says whether twice the training moves it."""
+
+def _node(record: dict[str, Any], prefix: str) -> dict[str, Any]:
+    node = record
+    for part in prefix.split("."):
+        node = node[part]
+    return node
+
+
+def _every_seed_clears(metrics, subject: str, metric: str, bar: float, goal: str) -> bool:
+    seeds = metrics.get(subject, {}).get(metric, {}).get("per_seed") or []
+    good = (lambda v: v > bar) if goal == "higher" else (lambda v: v < bar)
+    return bool(seeds) and all(good(v) for v in seeds)
+
+
+def _seed_cites(prefix: str, subject: str, metric: str, seeds: list) -> list[tuple[str, str]]:
+    return [
+        (_metric_path(prefix, subject, metric, f"per_seed.{i}"), f"{subject}, seed {seed}")
+        for i, seed in enumerate(seeds)
+    ]
+
+
+def diagnose(record: dict[str, Any], failed: list[str]) -> list:
+    """Why the verdict is not ``held``, from the record's numbers (protocol v3).
+
+    - a failed precondition: the learned head does not rank the gain (implementation);
+    - a control that misbehaved, and a method check that fails although every seed's mean is on
+      the good side of a threshold bar: the interval (t over the seed means, the wider of that and
+      the bootstrap) cannot resolve the effect at this many seeds (check);
+    - otherwise, for the threshold check at equal compute: halting baselines on the same backbone
+      that clear the bar the AIC head misses (implementation), none clearing it (check), or AIC
+      on the wrong side while the oracle on the same network clears it (idea);
+    - the budget evidence: whether twice the training raises AIC's advantage over its rival.
+    """
     if record["verdict"] in ("held", "held, not replicated"):
         return []
     method = record["method"]
+    checks = {c["name"]: c for c in record["checks"]}
     findings = []
-    runs = [("registered seeds", "outcomes")]
+    runs = [("registered seeds", "outcomes", record["metrics"])]
+    seed_sets = {"outcomes": record["seeds"]}
     if record.get("replication", {}).get("run"):
-        runs.append(("replication seeds", "replication.outcomes"))
-    # a failed precondition (the head does not rank the gain) or a misbehaving control
+        runs.append(("replication seeds", "replication.outcomes", record["replication"]["metrics"]))
+        seed_sets["replication.outcomes"] = record["replication"]["seeds"]
     for i, pre in enumerate(record.get("preconditions", [])):
         if not pre["passed"]:
             findings.append(_precondition_finding(pre, f"preconditions.{i}", "registered seeds"))
@@ -622,63 +651,90 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                     {**pre, "name": name}, f"replication.preconditions.{name}", "replication seeds"
                 )
             )
-    for label, controls, prefix in [
-        ("registered seeds", record.get("controls", []), "outcomes"),
-        (
-            "replication seeds",
-            record.get("replication", {}).get("controls", []),
-            "replication.outcomes",
-        ),
-    ]:
-        for control in controls:
+    controls = {
+        "outcomes": record.get("controls", []),
+        "replication.outcomes": record.get("replication", {}).get("controls", []),
+    }
+    for label, prefix, metrics in runs:
+        node = _node(record, prefix)
+        for control in controls[prefix]:
             if control["behaved"]:
                 continue
-            node = record
-            for part in prefix.split("."):
-                node = node[part]
-            check = next(iter(node[control["name"]]))
-            findings.append(
-                finding(
-                    "check",
-                    f"the {control['role']} control {control['name']} misbehaved on the "
-                    f"{label}: the miniature cannot tell working allocation from broken",
-                    (
-                        f"{prefix}.{control['name']}.{check}.advantage.estimate",
-                        f"its advantage on {check}",
-                    ),
+            name = control["name"]
+            must_pass = control["role"] == "positive"
+            wrong = [c for c, o in node[name].items() if o["passed"] != must_pass]
+            for check in wrong:
+                spec = checks[check]
+                where = f"{prefix}.{name}.{check}.advantage"
+                cites = [(f"{where}.estimate", "its advantage"), (f"{where}.ci.0", "low end")]
+                resolves = spec.get("threshold") is not None and _every_seed_clears(
+                    metrics, name, spec["metric"], spec["threshold"], spec["goal"]
                 )
-            )
-    for check in failed:
-        spec_check = next(c for c in record["checks"] if c["name"] == check)
-        metric = spec_check["metric"]
-        for label, prefix in runs:
-            node = record
-            for part in prefix.split("."):
-                node = node[part]
+                n = len(seed_sets[prefix])
+                if resolves:
+                    cites += _seed_cites(prefix, name, spec["metric"], seed_sets[prefix])
+                    if "random_halting" in metrics:  # the reference's spread over seeds
+                        cites += _seed_cites(
+                            prefix, "random_halting", "episode_return", seed_sets[prefix]
+                        )
+                findings.append(
+                    finding(
+                        "check",
+                        f"the {control['role']} control {name} misbehaved on {check} on the "
+                        f"{label}"
+                        + (
+                            f": every seed's mean clears the bar, but the interval over {n} "
+                            "seed means reaches it (the per-seed spread of the random-halting "
+                            "reference at these few steps dominates): the check cannot resolve "
+                            "the control at this many seeds"
+                            if resolves
+                            else ": the miniature cannot tell working allocation from broken"
+                        ),
+                        *cites,
+                    )
+                )
+        for check in failed:
             if node[method][check]["passed"]:
                 continue
+            spec = checks[check]
+            metric, bar, goal = spec["metric"], spec.get("threshold"), spec["goal"]
             where = f"{prefix}.{method}.{check}.advantage"
             advantage = node[method][check]["advantage"]
-            metrics = (
-                record["metrics"] if prefix == "outcomes" else record["replication"]["metrics"]
-            )
-            bar = spec_check.get("threshold")
+            auc = (_metric_path(prefix, method, "halting_head_auc"), "the halting head's AUC")
+            head = [(f"{where}.estimate", "the method's advantage"), (f"{where}.ci.0", "low end")]
             rivals = [
                 b
-                for b in record["baselines"]
-                if bar is not None
-                and metric in metrics.get(b, {})
+                for b in HALTING_RULES
+                if bar is not None and _every_seed_clears(metrics, b, metric, bar, goal)
                 and metrics[b][metric]["ci"][0] is not None
-                and metrics[b][metric]["ci"][0] > bar
-            ]
+                and (metrics[b][metric]["ci"][0] > bar if goal == "higher" else
+                     metrics[b][metric]["ci"][1] < bar)
+            ]  # fmt: skip
             oracle = node.get("oracle_halting", {}).get(check, {})
-            auc = (_metric_path(prefix, method, "halting_head_auc"), "the halting head's AUC")
             if advantage["estimate"] is None:
                 findings.append(
                     finding(
                         "undetermined",
                         f"{check} ({label}): the advantage has no estimate",
                         (_metric_path(prefix, method, metric), "the method's mean"),
+                    )
+                )
+            elif bar is not None and _every_seed_clears(metrics, method, metric, bar, goal):
+                n = len(metrics[method][metric]["per_seed"])
+                findings.append(
+                    finding(
+                        "check",
+                        f"{check} ({label}): AIC's mean clears the bar on every one of the {n} "
+                        f"seeds, but the interval over {n} seed means reaches it"
+                        + (
+                            "; so does the oracle's on the same network"
+                            if oracle and not oracle.get("passed")
+                            else ""
+                        )
+                        + ": at this many seeds the check cannot resolve the effect",
+                        *head,
+                        *_seed_cites(prefix, method, metric, seed_sets[prefix]),
+                        auc,
                     )
                 )
             elif rivals:
@@ -688,10 +744,8 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                         f"{check} ({label}): on the same backbone "
                         + ", ".join(rivals)
                         + " clear the bar the AIC halting head misses: the network's readouts "
-                        "carry the allocation signal, the learned head does not use it as well "
-                        "(its AUC for 'the next step pays' is cited)",
-                        (f"{where}.estimate", "the method's advantage"),
-                        (f"{where}.ci.0", "its interval's low end"),
+                        "carry the allocation signal, the learned head does not use it as well",
+                        *head,
                         *[
                             (_metric_path(prefix, b, metric, "ci.0"), f"{b}'s low end")
                             for b in rivals
@@ -705,16 +759,15 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                         "check",
                         f"{check} ({label}): the method's advantage is positive but its "
                         "interval reaches 0 and no halting baseline clears the bar either",
-                        (f"{where}.estimate", "the method's advantage"),
-                        (f"{where}.ci.0", "its interval's low end"),
+                        *head,
                         auc,
                     )
                 )
             else:
-                cites = [(f"{where}.estimate", "the method's advantage"), auc]
+                cites = [*head, auc]
                 if oracle:
                     cites.append(
-                        (f"{prefix}.oracle_halting.{check}.advantage.ci.0", "the oracle's low end")
+                        (f"{prefix}.oracle_halting.{check}.advantage.ci.0", "oracle low end")
                     )
                 findings.append(
                     finding(
@@ -728,32 +781,33 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                         *cites,
                     )
                 )
-        budget = record.get("budget")
-        if budget and budget.get("check") == check:
-            keys = list(budget["gap"])
-            change = budget["gap"][keys[-1]] - budget["gap"][keys[0]]
-            gains = change > 0.1 * abs(budget["gap"][keys[0]]) and change > 0
-            cites = [
-                (f"budget.gap.{keys[0]}", f"gap at {keys[0]}x"),
-                (f"budget.gap.{keys[-1]}", f"gap at {keys[-1]}x"),
-            ]
-            for key in (keys[0], keys[-1]):
-                auc = budget.get("halting_head_quality", {}).get(key, {}).get("auc")
-                if isinstance(auc, float) and math.isfinite(auc):
-                    cites.append((f"budget.halting_head_quality.{key}.auc", f"head AUC at {key}x"))
-            findings.append(
-                finding(
-                    "implementation" if gains else "undetermined",
-                    f"{check}: training AIC {keys[-1]}x longer "
-                    + (
-                        "raises its advantage over the rival: the registered budget costs it"
-                        if gains
-                        else "does not raise its advantage over the rival: the training budget "
-                        "is not what the check is missing"
-                    ),
-                    *cites,
-                )
+    budget = record.get("budget")
+    if budget:
+        keys = list(budget["gap"])
+        change = budget["gap"][keys[-1]] - budget["gap"][keys[0]]
+        gains = change > 0.1 * abs(budget["gap"][keys[0]]) and change > 0
+        cites = [
+            (f"budget.gap.{keys[0]}", f"gap at {keys[0]}x"),
+            (f"budget.gap.{keys[-1]}", f"gap at {keys[-1]}x"),
+        ]
+        for key in (keys[0], keys[-1]):
+            value = budget.get("halting_head_quality", {}).get(key, {}).get("auc")
+            if isinstance(value, float) and math.isfinite(value):
+                cites.append((f"budget.halting_head_quality.{key}.auc", f"head AUC at {key}x"))
+        findings.append(
+            finding(
+                "implementation" if gains else "undetermined",
+                f"{budget['check']}: training AIC {keys[-1]}x longer "
+                + (
+                    "raises its advantage over the rival by more than a tenth: the registered "
+                    "budget costs it"
+                    if gains
+                    else "changes its advantage over the rival by less than a tenth: the "
+                    "training budget is not what the check is missing"
+                ),
+                *cites,
             )
+        )
     if not findings:  # the method passed where it was judged: the controls decided
         findings.append(
             finding(
