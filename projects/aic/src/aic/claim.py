@@ -612,6 +612,19 @@ def _every_seed_clears(metrics, subject: str, metric: str, bar: float, goal: str
     return bool(seeds) and all(good(v) for v in seeds)
 
 
+def _every_seed_beats_reference(metrics, subject: str, spec: dict[str, Any]) -> bool:
+    """Every seed's mean of ``subject`` on the good side of ratio x the reference's mean."""
+    metric, ratio = spec["metric"], spec.get("ratio", 1.0)
+    mine = metrics.get(subject, {}).get(metric, {}).get("per_seed") or []
+    theirs = metrics.get(spec["against"][0], {}).get(metric, {}).get("per_seed") or []
+    if not mine or len(mine) != len(theirs):
+        return False
+    margin = spec.get("margin", 0.0)
+    if spec["goal"] == "higher":
+        return all(a > ratio * b + margin for a, b in zip(mine, theirs, strict=True))
+    return all(a < ratio * b - margin for a, b in zip(mine, theirs, strict=True))
+
+
 def _seed_cites(prefix: str, subject: str, metric: str, seeds: list) -> list[tuple[str, str]]:
     return [
         (_metric_path(prefix, subject, metric, f"per_seed.{i}"), f"{subject}, seed {seed}")
@@ -719,6 +732,26 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                         (_metric_path(prefix, method, metric), "the method's mean"),
                     )
                 )
+            elif (
+                not bar
+                and spec.get("against")
+                and _every_seed_beats_reference(metrics, method, spec)
+            ):
+                n = len(seed_sets[prefix])
+                reference = spec["against"][0]
+                findings.append(
+                    finding(
+                        "check",
+                        f"{check} ({label}): AIC's mean clears {spec.get('ratio', 1):g} x "
+                        f"{reference} on every one of the {n} seeds, but the interval over {n} "
+                        "seed means reaches the bar: at this many seeds the check cannot "
+                        "resolve it",
+                        *head,
+                        *_seed_cites(prefix, method, metric, seed_sets[prefix]),
+                        *_seed_cites(prefix, reference, metric, seed_sets[prefix]),
+                        auc,
+                    )
+                )
             elif bar is not None and _every_seed_clears(metrics, method, metric, bar, goal):
                 n = len(metrics[method][metric]["per_seed"])
                 findings.append(
@@ -785,7 +818,12 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
     if budget:
         keys = list(budget["gap"])
         change = budget["gap"][keys[-1]] - budget["gap"][keys[0]]
-        gains = change > 0.1 * abs(budget["gap"][keys[0]]) and change > 0
+        sign = 1.0 if budget["goal"] == "higher" else -1.0
+        own = budget["points"][budget["method"]]
+        moved = sign * (own[keys[-1]]["metric"] - own[keys[0]]["metric"])
+        # the gap must grow by more than a tenth of itself AND through the method's own number
+        # (a rival that gets worse at the longer budget narrows the gap without AIC improving)
+        gains = change > 0.1 * abs(budget["gap"][keys[0]]) and moved > 0.5 * change > 0
         cites = [
             (f"budget.gap.{keys[0]}", f"gap at {keys[0]}x"),
             (f"budget.gap.{keys[-1]}", f"gap at {keys[-1]}x"),
@@ -799,13 +837,16 @@ def diagnose(record: dict[str, Any], failed: list[str]) -> list:
                 "implementation" if gains else "undetermined",
                 f"{budget['check']}: training AIC {keys[-1]}x longer "
                 + (
-                    "raises its advantage over the rival by more than a tenth: the registered "
-                    "budget costs it"
+                    "raises its own number and its advantage over the rival by more than a "
+                    "tenth: the registered budget costs it"
                     if gains
-                    else "changes its advantage over the rival by less than a tenth: the "
-                    "training budget is not what the check is missing"
+                    else "does not raise its own number enough to move its advantage over the "
+                    "rival by a tenth (a gap that narrows through the rival's number is not "
+                    "counted): the training budget is not what the check is missing"
                 ),
                 *cites,
+                (f"budget.points.{budget['method']}.{keys[0]}.metric", f"AIC at {keys[0]}x"),
+                (f"budget.points.{budget['method']}.{keys[-1]}.metric", f"AIC at {keys[-1]}x"),
             )
         )
     if not findings:  # the method passed where it was judged: the controls decided
