@@ -31,10 +31,19 @@ The trainings (AIC and the fixed network, per seed) are the jobs of the shared j
 cached under runs/aic/jobs. The rollouts and the evidence are computed here from the fitted
 weights; random halting draws from a generator seeded per (seed, split, mean steps), so its
 draws do not depend on which rules ran before it.
+
+Protocol v3: ``--replicate`` judges the same checks on the replication seeds (trained, tuned on
+their first seed by the same rule, rolled out); when the method fails a check on either seed set,
+the budget evidence trains AIC and the fixed network again on the first registered seed at 2x
+``trainer.max_epochs`` and measures the failed check's metric for the method and its rival at
+1x and 2x; ``diagnose`` writes the findings, each citing the record's numbers.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -69,8 +78,17 @@ from aic.model import AicModule  # noqa: E402
 from aic.protocol import addition_control, removal_curve, validity  # noqa: E402
 from aic.tasks import Task, get_task  # noqa: E402
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
-from papers_eval.jobs import Job, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval import (  # noqa: E402
+    Replication,
+    judge,
+    load_claim_spec,
+    run_seeds,
+    tune,
+    write_claim,
+)
+from papers_eval.diagnosis import finding  # noqa: E402
+from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval.mechanism import budget_evidence  # noqa: E402
 from papers_eval.record import code_revision  # noqa: E402
 
 PROJECT = project_dir_of(__file__)
@@ -117,6 +135,10 @@ class Pair:
         self.data.setup()  # the arrays the fit generated (cached on disk by their config)
         self.fixed: AICPolicy | None = rebuild_policy(fixed) if fixed is not None else None
         self.train_s = aic["train_s"] + (fixed["train_s"] if fixed is not None else 0.0)
+        self.train_seconds = {
+            "aic": float(aic["train_s"]),
+            "fixed": float(fixed["train_s"]) if fixed is not None else float("nan"),
+        }
         self.k_max = self.aic.k_max
         val_obs = torch.from_numpy(self.data.val_arrays["obs"])
         self.flops = count_flops(self.aic, val_obs)
@@ -319,9 +341,22 @@ FIT_MODE = {"aic": "aic", "fixed_k": "fixed"}  # the trained subjects and their 
 
 def fit_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
     """One training of the claim (top level: worker processes import it by name): the subject
-    ``aic`` or ``fixed_k`` (the fixed network) on ``job.seed``."""
+    ``aic`` or ``fixed_k`` (the fixed network) on ``job.seed``; ``job.params["multiplier"]``
+    (the budget evidence) scales ``trainer.max_epochs``."""
     task = get_task(settings["task"], settings.get("env_id"))
+    settings = scaled_budget(settings, float(job.params.get("multiplier", 1)))
     return fit_policy(task, job.seed, settings, FIT_MODE[job.subject])
+
+
+def scaled_budget(settings: dict[str, Any], multiplier: float) -> dict[str, Any]:
+    """``settings`` with ``trainer.max_epochs`` times ``multiplier`` (same data, same batches
+    per epoch: ``multiplier`` x the optimizer steps)."""
+    if multiplier == 1:
+        return settings
+    out = copy.deepcopy(settings)
+    epochs = out["budget"]["trainer.max_epochs"]
+    out["budget"]["trainer.max_epochs"] = max(1, int(round(epochs * multiplier)))
+    return out
 
 
 KNOB = {
@@ -333,39 +368,45 @@ KNOB = {
 }
 
 
-def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Tune on validation episodes, run every subject on every seed, judge, write results/."""
-    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    args = parser.parse_args(argv)
-    seeds = args.seeds or (None if not args.quick else [args.seed])
-    spec = load_claim_spec(
-        CLAIM_FILE,
-        subjects=SUBJECTS,
-        metrics=METRICS,
-        quick=args.quick,
-        seeds=seeds,
-        allow_dirty=args.allow_dirty,
-    )
-    torch.set_num_threads(1)  # the rollouts here: one thread, as in the jobs
-    start = time.perf_counter()
-    settings = dict(spec.settings)
-    task = get_task(settings["task"], settings.get("env_id"))
-    fits = [Job(subject, seed, {}, "fit") for seed in spec.seeds for subject in FIT_MODE]
-    trained = run_jobs(
-        fit_job,
-        fits,
-        settings=settings,
-        cache_dir=JOBS_DIR,
-        revision=code_revision(PROJECT),
-        label="aic",
-        **runner_options(args, default_workers=2),
-    )
-    fitted = {(r.job.subject, r.job.seed): r.value for r in trained}
+def subject_row(
+    p: Pair, subject: str, chosen: dict[str, Any], random_means: dict[int, float]
+) -> dict[str, Any]:
+    """Every metric of ``subject`` on ``p``'s seed: test episodes, with its tuned knob."""
+    if subject == "random_halting":  # AIC's mean steps per decision in the same rollouts
+        random_means[p.seed] = p.run("test", "aic", chosen["aic"])["decision_mean_steps"]
+        row = p.run("test", subject, random_means[p.seed])
+        val_mean = p.run("val", "aic", chosen["aic"])["decision_mean_steps"]
+        val = p.run("val", subject, val_mean)
+    else:
+        row = p.run("test", subject, chosen[subject])
+        val = p.run("val", subject, chosen[subject])
+    # the AIC backbone's halting head (the precondition, judged on aic only; every subject
+    # carries the number because every metric is collected per subject); NaN (no paying
+    # validation step) counts as a blind head
+    auc = p.head_quality()["auc"]
+    return {
+        "halting_head_auc": 0.5 if np.isnan(auc) else auc,
+        "return_over_random": p.return_over_random(row),
+        "episode_return": row["episode_return"],
+        "flops_per_decision": row["flops_per_decision"],
+        "mean_steps": row["mean_steps"],
+        "success": row["success"],
+        "val_score": p.score(val),
+    }
+
+
+def experiment(spec, task: Task, settings: dict[str, Any], run) -> dict[str, Any]:
+    """Train AIC and the fixed network on every seed of ``spec`` (jobs), tune on validation
+    episodes of its first seed, run every subject on every seed. ``run(jobs)`` returns
+    {job: value}."""
+    fits = {(s, seed): Job(s, seed, {}, "fit") for seed in spec.seeds for s in FIT_MODE}
+    done = run(list(fits.values()))
     pairs: dict[int, Pair] = {}
 
     def pair(seed: int) -> Pair:
         if seed not in pairs:
-            pairs[seed] = Pair(task, seed, settings, fitted["aic", seed], fitted["fixed_k", seed])
+            aic, fixed = done[fits["aic", seed]], done[fits["fixed_k", seed]]
+            pairs[seed] = Pair(task, seed, settings, aic, fixed)
         return pairs[seed]
 
     def validation_score(subject: str, params: dict[str, Any], seed: int) -> float:
@@ -374,36 +415,73 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     tuning = tune(spec, validation_score)
     chosen = {s: tuning.best[s].get(KNOB.get(s, ""), None) for s in SUBJECTS}
     random_means: dict[int, float] = {}
+    results = run_seeds(spec, lambda s, seed: subject_row(pair(seed), s, chosen, random_means))
+    return {
+        "results": results,
+        "tuning": tuning,
+        "pairs": pairs,
+        "chosen": chosen,
+        "random_means": random_means,
+    }
 
-    def run_one(subject: str, seed: int) -> dict[str, Any]:
-        p = pair(seed)
-        if subject == "random_halting":  # AIC's mean steps per decision in the same rollouts
-            random_means[seed] = p.run("test", "aic", chosen["aic"])["decision_mean_steps"]
-            row = p.run("test", subject, random_means[seed])
-            val_mean = p.run("val", "aic", chosen["aic"])["decision_mean_steps"]
-            val = p.run("val", subject, val_mean)
-        else:
-            row = p.run("test", subject, chosen[subject])
-            val = p.run("val", subject, chosen[subject])
-        # the AIC backbone's halting head (the precondition, judged on aic only; every subject
-        # carries the number because every metric is collected per subject); NaN (no paying
-        # validation step) counts as a blind head
-        auc = p.head_quality()["auc"]
-        return {
-            "halting_head_auc": 0.5 if np.isnan(auc) else auc,
-            "return_over_random": p.return_over_random(row),
-            "episode_return": row["episode_return"],
-            "flops_per_decision": row["flops_per_decision"],
-            "mean_steps": row["mean_steps"],
-            "success": row["success"],
-            "val_score": p.score(val),
-        }
 
-    results = run_seeds(spec, run_one)
+def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
+    """Tune on validation episodes, run every subject on every seed (and on the replication
+    seeds with ``--replicate``), judge, add the budget evidence and the diagnosis when the
+    method fails a check, write results/."""
+    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    args = parser.parse_args(argv)  # --jobs (default 2; 1 with --quick), --fresh, --replicate
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
+    torch.set_num_threads(1)  # the rollouts here: one thread, as in the jobs
+    start = time.perf_counter()
+    settings = dict(spec.settings)
+    task = get_task(settings["task"], settings.get("env_id"))
+    options = runner_options(args, default_workers=2)
+    ran: list[JobResult] = []
+
+    def run(jobs: list[Job]) -> dict[Job, Any]:
+        results = run_jobs(
+            fit_job,
+            jobs,
+            settings=settings,
+            cache_dir=JOBS_DIR,
+            revision=code_revision(PROJECT),
+            label="aic",
+            **options,
+        )
+        ran.extend(results)
+        return {r.job: r.value for r in results}
+
+    registered = experiment(spec, task, settings, run)
+    results, pairs, chosen = registered["results"], registered["pairs"], registered["chosen"]
     judgement = judge(spec, results)
+    replication, replicated = None, None
+    if args.replicate:
+        rspec = spec.for_replication()
+        replicated = experiment(rspec, task, settings, run)
+        replication = Replication(
+            rspec, replicated["results"], judge(rspec, replicated["results"]),
+            replicated["tuning"],
+        )  # fmt: skip
+
     frontier = {seed: frontier_rows(p) for seed, p in pairs.items()}
     precondition = check_precondition(pairs, settings)
-    evidence = gather_evidence(pairs, chosen, random_means, settings)
+    evidence = gather_evidence(pairs, chosen, registered["random_means"], settings)
+    if replicated is not None:
+        evidence["replication"] = {
+            "precondition": check_precondition(replicated["pairs"], settings),
+            "halting_head_quality": {s: p.head_quality() for s, p in replicated["pairs"].items()},
+            "chosen": replicated["chosen"],
+            "train_seconds": {s: p.train_seconds for s, p in replicated["pairs"].items()},
+        }
+    judgements = [judgement] + ([replication.judgement] if replication else [])
+    failed = [
+        c
+        for c in spec.checks
+        if any(not j.outcomes[spec.method][c.name].passed for j in judgements)
+    ]
+    budget = method_budget(spec, task, settings, registered, failed[0], run) if failed else None
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot_frontier(out / "frontier.png", frontier)
@@ -429,22 +507,358 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         "frontier.png: mean return vs mean FLOPs per decision over every rule's parameter sweep "
         "(test episodes, mean over seeds); the numbers are in evidence.frontier.",
     ]
+    if budget is not None:
+        notes.append(
+            f"Budget evidence ({budget['check']}): AIC and the fixed network trained again on "
+            f"seed {budget['seed']} at {budget['multipliers']} x trainer.max_epochs, the "
+            f"method against {budget['rival']} on {budget['metric']} (same tuned knobs)."
+        )
     write_claim(
         out,
         project="aic",
         spec=spec,
         results=results,
         judgement=judgement,
+        replication=replication,
         config={"settings": settings, "quick": args.quick, "chosen": chosen},
         wall_time_s=time.perf_counter() - start,
-        tuning=tuning,
+        tuning=registered["tuning"],
         evidence={**evidence, "precondition": precondition, "frontier": frontier},
-        headline=f"{pre_text}; AIC at price {chosen['aic']}",
-        notes=" ".join(notes),
+        headline=f"{pre_text}; AIC at threshold {chosen['aic']}",
+        notes=notes,
         figures=["frontier.png"],
-        jobs=summarise_jobs(trained),
+        jobs=summarise_jobs(ran),
+        budget=budget,
+        diagnosis=functools.partial(diagnose, failed=[c.name for c in failed]),
     )
     return {"verdict": judgement.verdict, "results": results, "precondition": precondition}
+
+
+def method_budget(spec, task: Task, settings, registered, check, run) -> dict[str, Any]:
+    """The budget evidence for the method's first failed check: AIC and the fixed network
+    trained on the first registered seed at each of ``settings.budget_multipliers`` x
+    ``trainer.max_epochs`` (the 1x fits are the registered ones), the check's metric for the
+    method and its rival (the check's reference subject; random halting at AIC's mean steps
+    for the threshold check at equal compute) with the registered tuned knobs. Wall time:
+    the training seconds of the network the subject runs on."""
+    seed, metric = spec.seeds[0], check.metric
+    against = check.against if isinstance(check.against, (list, tuple)) else [check.against]
+    rival = next((s for s in against if s), None) or "random_halting"
+    chosen = registered["chosen"]
+    budget_pairs: dict[float, Pair] = {}
+
+    def pair_at(multiplier: float) -> Pair:
+        if multiplier == 1:
+            return registered["pairs"][seed]
+        if multiplier not in budget_pairs:
+            jobs = {s: Job(s, seed, {"multiplier": multiplier}, "budget") for s in FIT_MODE}
+            done = run(list(jobs.values()))
+            budget_pairs[multiplier] = Pair(
+                task, seed, settings, done[jobs["aic"]], done[jobs["fixed_k"]]
+            )
+        return budget_pairs[multiplier]
+
+    def point(subject: str, multiplier: float, seed: int) -> dict[str, float]:
+        p = pair_at(multiplier)
+        row = subject_row(p, subject, chosen, {})
+        network = "fixed" if subject == "fixed_k" else "aic"
+        return {
+            "metric": float(np.mean(row[metric])),
+            "wall_time_s": p.train_seconds[network],
+        }
+
+    evidence = budget_evidence(
+        point,
+        method=spec.method,
+        rival=rival,
+        goal=check.goal,
+        seed=seed,
+        multipliers=[float(m) for m in settings["budget_multipliers"]],
+    )
+    halting = {f"{m:g}": pair_at(m).head_quality() for m in settings["budget_multipliers"]}
+    return {"check": check.name, "metric": metric, **evidence, "halting_head_quality": halting}
+
+
+def _precondition_finding(pre: dict[str, Any], path: str, label: str):
+    """A failed precondition on the AIC halting head's AUC: the head does not rank where the
+    next step pays, so the allocation the checks judge is not the paper's mechanism at work."""
+    return finding(
+        "implementation",
+        f"{pre['name']} ({label}): the learned halting head's AUC for 'the next step pays its "
+        "price' is below the pre-registered floor, so the checks were not judged: the head does "
+        "not rank where computation pays",
+        (f"{path}.advantage.estimate", "mean AUC minus the floor"),
+    )
+
+
+def _metric_path(prefix: str, subject: str, metric: str, part: str = "mean") -> str:
+    root = "metrics" if prefix == "outcomes" else "replication.metrics"
+    return f"{root}.{subject}.{metric}.{part}"
+
+
+HALTING_RULES = ("pondernet", "act", "confidence_exit")  # baselines that allocate steps
+
+
+def _node(record: dict[str, Any], prefix: str) -> dict[str, Any]:
+    node = record
+    for part in prefix.split("."):
+        node = node[part]
+    return node
+
+
+def _every_seed_clears(metrics, subject: str, metric: str, bar: float, goal: str) -> bool:
+    seeds = metrics.get(subject, {}).get(metric, {}).get("per_seed") or []
+    good = (lambda v: v > bar) if goal == "higher" else (lambda v: v < bar)
+    return bool(seeds) and all(good(v) for v in seeds)
+
+
+def _every_seed_beats_reference(metrics, subject: str, spec: dict[str, Any]) -> bool:
+    """Every seed's mean of ``subject`` on the good side of ratio x the reference's mean."""
+    metric, ratio = spec["metric"], spec.get("ratio", 1.0)
+    mine = metrics.get(subject, {}).get(metric, {}).get("per_seed") or []
+    theirs = metrics.get(spec["against"][0], {}).get(metric, {}).get("per_seed") or []
+    if not mine or len(mine) != len(theirs):
+        return False
+    margin = spec.get("margin", 0.0)
+    if spec["goal"] == "higher":
+        return all(a > ratio * b + margin for a, b in zip(mine, theirs, strict=True))
+    return all(a < ratio * b - margin for a, b in zip(mine, theirs, strict=True))
+
+
+def _seed_cites(prefix: str, subject: str, metric: str, seeds: list) -> list[tuple[str, str]]:
+    return [
+        (_metric_path(prefix, subject, metric, f"per_seed.{i}"), f"{subject}, seed {seed}")
+        for i, seed in enumerate(seeds)
+    ]
+
+
+def diagnose(record: dict[str, Any], failed: list[str]) -> list:
+    """Why the verdict is not ``held``, from the record's numbers (protocol v3).
+
+    - a failed precondition: the learned head does not rank the gain (implementation);
+    - a control that misbehaved, and a method check that fails although every seed's mean is on
+      the good side of a threshold bar: the interval (t over the seed means, the wider of that and
+      the bootstrap) cannot resolve the effect at this many seeds (check);
+    - otherwise, for the threshold check at equal compute: halting baselines on the same backbone
+      that clear the bar the AIC head misses (implementation), none clearing it (check), or AIC
+      on the wrong side while the oracle on the same network clears it (idea);
+    - the budget evidence: whether twice the training raises AIC's advantage over its rival.
+    """
+    if record["verdict"] in ("held", "held, not replicated"):
+        return []
+    method = record["method"]
+    checks = {c["name"]: c for c in record["checks"]}
+    findings = []
+    runs = [("registered seeds", "outcomes", record["metrics"])]
+    seed_sets = {"outcomes": record["seeds"]}
+    if record.get("replication", {}).get("run"):
+        runs.append(("replication seeds", "replication.outcomes", record["replication"]["metrics"]))
+        seed_sets["replication.outcomes"] = record["replication"]["seeds"]
+    for i, pre in enumerate(record.get("preconditions", [])):
+        if not pre["passed"]:
+            findings.append(_precondition_finding(pre, f"preconditions.{i}", "registered seeds"))
+    for name, pre in (record.get("replication", {}).get("preconditions") or {}).items():
+        if not pre["passed"]:
+            findings.append(
+                _precondition_finding(
+                    {**pre, "name": name}, f"replication.preconditions.{name}", "replication seeds"
+                )
+            )
+    controls = {
+        "outcomes": record.get("controls", []),
+        "replication.outcomes": record.get("replication", {}).get("controls", []),
+    }
+    for label, prefix, metrics in runs:
+        node = _node(record, prefix)
+        for control in controls[prefix]:
+            if control["behaved"]:
+                continue
+            name = control["name"]
+            must_pass = control["role"] == "positive"
+            wrong = [c for c, o in node[name].items() if o["passed"] != must_pass]
+            for check in wrong:
+                spec = checks[check]
+                where = f"{prefix}.{name}.{check}.advantage"
+                cites = [(f"{where}.estimate", "its advantage"), (f"{where}.ci.0", "low end")]
+                resolves = spec.get("threshold") is not None and _every_seed_clears(
+                    metrics, name, spec["metric"], spec["threshold"], spec["goal"]
+                )
+                n = len(seed_sets[prefix])
+                if resolves:
+                    cites += _seed_cites(prefix, name, spec["metric"], seed_sets[prefix])
+                    if "random_halting" in metrics:  # the reference's spread over seeds
+                        cites += _seed_cites(
+                            prefix, "random_halting", "episode_return", seed_sets[prefix]
+                        )
+                findings.append(
+                    finding(
+                        "check",
+                        f"the {control['role']} control {name} misbehaved on {check} on the "
+                        f"{label}"
+                        + (
+                            f": every seed's mean clears the bar, but the interval over {n} "
+                            "seed means reaches it (the per-seed spread of the random-halting "
+                            "reference at these few steps dominates): the check cannot resolve "
+                            "the control at this many seeds"
+                            if resolves
+                            else ": the miniature cannot tell working allocation from broken"
+                        ),
+                        *cites,
+                    )
+                )
+        for check in failed:
+            if node[method][check]["passed"]:
+                continue
+            spec = checks[check]
+            metric, bar, goal = spec["metric"], spec.get("threshold"), spec["goal"]
+            where = f"{prefix}.{method}.{check}.advantage"
+            advantage = node[method][check]["advantage"]
+            auc = (_metric_path(prefix, method, "halting_head_auc"), "the halting head's AUC")
+            head = [(f"{where}.estimate", "the method's advantage"), (f"{where}.ci.0", "low end")]
+            rivals = [
+                b
+                for b in HALTING_RULES
+                if bar is not None and _every_seed_clears(metrics, b, metric, bar, goal)
+                and metrics[b][metric]["ci"][0] is not None
+                and (metrics[b][metric]["ci"][0] > bar if goal == "higher" else
+                     metrics[b][metric]["ci"][1] < bar)
+            ]  # fmt: skip
+            oracle = node.get("oracle_halting", {}).get(check, {})
+            if advantage["estimate"] is None:
+                findings.append(
+                    finding(
+                        "undetermined",
+                        f"{check} ({label}): the advantage has no estimate",
+                        (_metric_path(prefix, method, metric), "the method's mean"),
+                    )
+                )
+            elif (
+                not bar
+                and spec.get("against")
+                and _every_seed_beats_reference(metrics, method, spec)
+            ):
+                n = len(seed_sets[prefix])
+                reference = spec["against"][0]
+                findings.append(
+                    finding(
+                        "check",
+                        f"{check} ({label}): AIC's mean clears {spec.get('ratio', 1):g} x "
+                        f"{reference} on every one of the {n} seeds, but the interval over {n} "
+                        "seed means reaches the bar: at this many seeds the check cannot "
+                        "resolve it",
+                        *head,
+                        *_seed_cites(prefix, method, metric, seed_sets[prefix]),
+                        *_seed_cites(prefix, reference, metric, seed_sets[prefix]),
+                        auc,
+                    )
+                )
+            elif bar is not None and _every_seed_clears(metrics, method, metric, bar, goal):
+                n = len(metrics[method][metric]["per_seed"])
+                findings.append(
+                    finding(
+                        "check",
+                        f"{check} ({label}): AIC's mean clears the bar on every one of the {n} "
+                        f"seeds, but the interval over {n} seed means reaches it"
+                        + (
+                            "; so does the oracle's on the same network"
+                            if oracle and not oracle.get("passed")
+                            else ""
+                        )
+                        + ": at this many seeds the check cannot resolve the effect",
+                        *head,
+                        *_seed_cites(prefix, method, metric, seed_sets[prefix]),
+                        auc,
+                    )
+                )
+            elif rivals:
+                findings.append(
+                    finding(
+                        "implementation",
+                        f"{check} ({label}): on the same backbone "
+                        + ", ".join(rivals)
+                        + " clear the bar the AIC halting head misses: the network's readouts "
+                        "carry the allocation signal, the learned head does not use it as well",
+                        *head,
+                        *[
+                            (_metric_path(prefix, b, metric, "ci.0"), f"{b}'s low end")
+                            for b in rivals
+                        ],
+                        auc,
+                    )
+                )
+            elif advantage["estimate"] > 0:
+                findings.append(
+                    finding(
+                        "check",
+                        f"{check} ({label}): the method's advantage is positive but its "
+                        "interval reaches 0 and no halting baseline clears the bar either",
+                        *head,
+                        auc,
+                    )
+                )
+            else:
+                cites = [*head, auc]
+                if oracle:
+                    cites.append(
+                        (f"{prefix}.oracle_halting.{check}.advantage.ci.0", "oracle low end")
+                    )
+                findings.append(
+                    finding(
+                        "idea" if oracle.get("passed") else "undetermined",
+                        f"{check} ({label}): the method is on the wrong side of the bar"
+                        + (
+                            " while the oracle on the same network clears it"
+                            if oracle.get("passed")
+                            else ""
+                        ),
+                        *cites,
+                    )
+                )
+    budget = record.get("budget")
+    if budget:
+        keys = list(budget["gap"])
+        change = budget["gap"][keys[-1]] - budget["gap"][keys[0]]
+        sign = 1.0 if budget["goal"] == "higher" else -1.0
+        own = budget["points"][budget["method"]]
+        moved = sign * (own[keys[-1]]["metric"] - own[keys[0]]["metric"])
+        # the gap must grow by more than a tenth of itself AND through the method's own number
+        # (a rival that gets worse at the longer budget narrows the gap without AIC improving)
+        gains = change > 0.1 * abs(budget["gap"][keys[0]]) and moved > 0.5 * change > 0
+        cites = [
+            (f"budget.gap.{keys[0]}", f"gap at {keys[0]}x"),
+            (f"budget.gap.{keys[-1]}", f"gap at {keys[-1]}x"),
+        ]
+        for key in (keys[0], keys[-1]):
+            value = budget.get("halting_head_quality", {}).get(key, {}).get("auc")
+            if isinstance(value, float) and math.isfinite(value):
+                cites.append((f"budget.halting_head_quality.{key}.auc", f"head AUC at {key}x"))
+        findings.append(
+            finding(
+                "implementation" if gains else "undetermined",
+                f"{budget['check']}: training AIC {keys[-1]}x longer "
+                + (
+                    "raises its own number and its advantage over the rival by more than a "
+                    "tenth: the registered budget costs it"
+                    if gains
+                    else "does not raise its own number enough to move its advantage over the "
+                    "rival by a tenth (a gap that narrows through the rival's number is not "
+                    "counted): the training budget is not what the check is missing"
+                ),
+                *cites,
+                (f"budget.points.{budget['method']}.{keys[0]}.metric", f"AIC at {keys[0]}x"),
+                (f"budget.points.{budget['method']}.{keys[-1]}.metric", f"AIC at {keys[-1]}x"),
+            )
+        )
+    if not findings:  # the method passed where it was judged: the controls decided
+        findings.append(
+            finding(
+                "check",
+                "the method passed its checks; the verdict follows from the controls or the "
+                "precondition",
+                (f"metrics.{method}.halting_head_auc.mean", "the halting head's AUC"),
+            )
+        )
+    return findings
 
 
 def check_precondition(pairs: dict[int, Pair], settings: dict[str, Any]) -> dict[str, Any]:

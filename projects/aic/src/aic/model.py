@@ -22,9 +22,11 @@ from aic.core import (
     step_returns,
     voc_targets,
 )
-from aic.rl import A2CCollector, a2c_losses, evaluate_policy
+from aic.rl import A2CCollector, a2c_losses, evaluate_policy, random_policy_return
 from aic.tasks import VOCAB, TaskName, get_task, obs_shape
 from papers_cli import ConfigError, init_arguments
+
+RANDOM_EPISODES = 50  # episodes of the uniform random policy logged beside the greedy return
 
 
 class AicModule(LightningModule):
@@ -75,6 +77,7 @@ class AicModule(LightningModule):
                 "Use a MiniGrid task (e.g. --data.task=lava-crossing) or mode=aic."
             )
         self.collector = None
+        self.random_return: float | None = None
         self.policy = AICPolicy(
             obs_kind=spec.obs_kind,
             obs_shape=obs_shape(spec, context),
@@ -159,6 +162,11 @@ class AicModule(LightningModule):
             self.policy.train(was_training)
             self.log("val/episode_return", mean_return, sync_dist=True)
             self.log("val/episode_mean_steps", mean_steps, sync_dist=True)
+            if self.random_return is None:  # the uniform random policy, same episode seeds
+                self.random_return = random_policy_return(
+                    self.spec, max(h.eval_episodes, RANDOM_EPISODES), seed=50_000
+                )
+            self.log("val/random_policy_return", self.random_return, sync_dist=True)
 
     def validation_step(self, batch, batch_idx):
         losses = self.losses(batch)

@@ -47,6 +47,23 @@ def evaluate_policy(
     return float(np.mean(returns)), steps / max(decisions, 1)
 
 
+def random_policy_return(task: Task, episodes: int, seed: int) -> float:
+    """Mean return of the uniform random policy on the episodes ``evaluate_policy`` plays
+    (same episode seeds, same step cap): the baseline a learned policy must beat."""
+    rng = np.random.default_rng(seed)
+    returns = []
+    for i in range(episodes):
+        env = make_env(task.env_id, **task.make_kwargs)
+        env.reset(seed=seed + i)
+        total, done, length = 0.0, False, 0
+        while not done and length < task.max_eval_steps:
+            _, reward, terminated, truncated, _ = env.step(int(rng.integers(GRID_ACTIONS)))
+            total, length, done = total + reward, length + 1, terminated or truncated
+        returns.append(total)
+        env.close()
+    return float(np.mean(returns))
+
+
 class A2CCollector:
     """n_envs environments stepped side by side with actions sampled from the last readout."""
 
