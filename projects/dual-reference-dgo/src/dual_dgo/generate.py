@@ -38,14 +38,14 @@ def sample_fast_responses(
     temperature: float,
     seed: int,
 ) -> list[list[dict]]:
-    """``task.counts(k)[0]`` responses per record of difficulty k from ``model`` forced into the
-    fast mode, each scored.
+    """``task.counts(k, source)[0]`` responses per record of difficulty k from ``model`` forced
+    into the fast mode, each scored.
 
     The draws depend only on (model, records, n, temperature, seed): sampling runs under a
     forked torch generator seeded with ``seed``."""
     model.eval()
     encoder: PromptEncoder = model.encoder
-    counts = [task.counts(r["difficulty"])[0] for r in records]
+    counts = [task.counts(r["difficulty"], r.get("source"))[0] for r in records]
     verify = VERIFIERS["exact"]
     prompts = [
         encoder.encode_prompt(r["image"], r["question"])
