@@ -282,10 +282,8 @@ def test_with_constant_counts_single_reference_is_the_method_plus_one_constant()
     np.testing.assert_allclose((dual - single).numpy(), math.log(3), rtol=1e-9)
 
 
-def test_in_the_default_miniature_no_single_scalar_maps_single_reference_onto_the_method():
-    data = yaml.safe_load((Path(__file__).parents[1] / "configs" / "default.yaml").read_text())
-    counts = ("n_fast", "n_slow", "n_fast_hard", "n_slow_hard", "k_max")
-    task = TaskConfig(**{k: data["data"][k] for k in counts})
+def test_with_the_difficulty_schedule_no_single_scalar_maps_single_reference_onto_the_method():
+    task = TaskConfig(n_fast=4, n_slow=2, n_fast_hard=1, n_slow_hard=8)  # the record at c731642
     dual, single, log_ratio = mode_logits_dual_and_single(task)
     shift = dual - single
     # the shift is log(alpha_F/alpha_S) - log(n_F/n_S) prompt by prompt (alpha = 1/2) ...
@@ -320,7 +318,10 @@ def test_with_source_counts_the_shift_is_plus_or_minus_log_8_by_the_tag():
     """8 fast / 1 slow on source a, 1 / 8 on source b: single-reference DGO's mode logit is the
     method's plus log(n_F/n_S) = +log 8 or -log 8 by the source tag, not by the difficulty, so
     no single scalar maps one onto the other and the shift says nothing about which mode pays."""
-    task = TaskConfig(counts_by="source", n_fast=8, n_slow=1, n_fast_b=1, n_slow_b=8)
+    data = yaml.safe_load((Path(__file__).parents[1] / "configs" / "default.yaml").read_text())
+    keys = ("counts_by", "n_fast", "n_slow", "n_fast_b", "n_slow_b", "source_share", "k_max")
+    task = TaskConfig(**{k: data["data"][k] for k in keys})  # the default miniature
+    assert (task.counts_by, task.counts(1, 0), task.counts(1, 1)) == ("source", (8, 1), (1, 8))
     dual, single, log_ratio = mode_logits_dual_and_single(task)
     records = generate_split(200, seed=0, task=task)
     source = np.array([r["source"] for r in records])
