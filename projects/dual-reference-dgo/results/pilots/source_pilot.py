@@ -14,6 +14,7 @@ over prompts per seed (no interval: a pilot). Output: results/pilots/source_seed
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,7 @@ FITS = [  # (subject, model params)
     ("exact_partition", {"beta": 0.1}),
 ]
 AGAINST = ("single_reference", "sft", "rft")
+SIZES = ("data.n_train", "data.n_val", "data.n_test")
 
 
 def main() -> None:
@@ -61,6 +63,12 @@ def main() -> None:
     settings = dict(spec["settings"])
     settings["data"] = {**settings["data"], **DESIGN["data"]}
     settings["warm_start"] = {**settings["warm_start"], **DESIGN["warm_start"]}
+    if os.environ.get("PILOT_SMOKE"):  # plumbing only: the quick run's sizes and epochs
+        quick = spec["quick"]["settings"]
+        settings["data"] = {**settings["data"], **{k: quick["data"][k] for k in SIZES}}
+        settings["warm_start"]["trainer.max_epochs"] = 1
+        settings["budget"] = {**settings["budget"], "trainer.max_epochs": 1}
+        settings["probe_train_prompts"] = quick["probe_train_prompts"]
     print("design:", json.dumps(DESIGN), "swapped:", json.dumps(SWAPPED))
     print("budget:", json.dumps(settings["budget"]), "warm:", json.dumps(settings["warm_start"]))
     experiment = Experiment(settings, {"workers": 2}, code_revision(PROJECT))
