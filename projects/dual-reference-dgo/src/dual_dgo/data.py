@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
@@ -113,7 +113,7 @@ class DualDgoDataModule(LightningDataModule):
         counts_by: Literal["difficulty", "source"] = "difficulty",
         n_fast_b: NonNegativeInt = 1,
         n_slow_b: NonNegativeInt = 8,
-        source_share: NonNegativeFloat = 0.5,
+        source_share: ClosedUnitInterval = 0.5,
         length_cost: NonNegativeFloat = 0.2,
         difficulty: Literal["harmonic", "uniform"] = "harmonic",
         max_length: PositiveInt | None = None,
@@ -157,8 +157,6 @@ class DualDgoDataModule(LightningDataModule):
                 "every prompt needs at least 1 response: data.n_fast + data.n_slow and "
                 f"{other[2]} must both be positive"
             )
-        if h.source_share > 1:
-            raise ConfigError(f"data.source_share is a probability, got {h.source_share}")
         self.seed = run_seed() if h.seed is None else h.seed
         self.encoder = PromptEncoder(build_processor(h.checkpoint))
         self.image_token_id = self.encoder.tokenizer.convert_tokens_to_ids(

@@ -18,6 +18,7 @@ from jsonargparse.typing import (
     ClosedUnitInterval,
     NonNegativeFloat,
     NonNegativeInt,
+    OpenUnitInterval,
     PositiveFloat,
     PositiveInt,
 )
@@ -94,7 +95,7 @@ class DualDgoModule(LightningModule):
         vision_hidden: PositiveInt = 64,
         responses_per_prompt: PositiveInt | None = 1,
         sft_warmup_epochs: NonNegativeInt = 0,
-        sft_fast_share: float | None = None,
+        sft_fast_share: OpenUnitInterval | None = None,
         verifier: Literal["exact", "numeric", "choice"] = "exact",
         max_new_tokens: PositiveInt = 24,
         length_cost: NonNegativeFloat = 0.2,
