@@ -201,7 +201,9 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
     n_test = len(arrays["dual"]["test"]["p_fast"])
     assert n_test == 32 and {"sft", "rft", "warm_start", "dual_swapped"} <= set(arrays)
     keys = {"p_fast", "fast_correct", "slow_correct", "fast_tokens", "slow_tokens", "difficulty"}
-    assert set(arrays["single_reference"]["test"]) == keys
+    assert set(arrays["single_reference"]["test"]) == keys | {"source"}
+    assert set(arrays["dual"]["test"]["source"]) == {0, 1}  # the registered source-tag design
+    assert len(ablations["fast_rate_by_source"]["dual"]) == 2
     assert set(arrays["dual"]) == {"val", "test", "test_zeroed", "test_shuffled"}
 
 

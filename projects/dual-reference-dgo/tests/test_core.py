@@ -282,10 +282,8 @@ def test_with_constant_counts_single_reference_is_the_method_plus_one_constant()
     np.testing.assert_allclose((dual - single).numpy(), math.log(3), rtol=1e-9)
 
 
-def test_in_the_default_miniature_no_single_scalar_maps_single_reference_onto_the_method():
-    data = yaml.safe_load((Path(__file__).parents[1] / "configs" / "default.yaml").read_text())
-    counts = ("n_fast", "n_slow", "n_fast_hard", "n_slow_hard", "k_max")
-    task = TaskConfig(**{k: data["data"][k] for k in counts})
+def test_with_the_difficulty_schedule_no_single_scalar_maps_single_reference_onto_the_method():
+    task = TaskConfig(n_fast=4, n_slow=2, n_fast_hard=1, n_slow_hard=8)  # the record at c731642
     dual, single, log_ratio = mode_logits_dual_and_single(task)
     shift = dual - single
     # the shift is log(alpha_F/alpha_S) - log(n_F/n_S) prompt by prompt (alpha = 1/2) ...
@@ -294,3 +292,41 @@ def test_in_the_default_miniature_no_single_scalar_maps_single_reference_onto_th
     assert shift.max() - shift.min() == pytest.approx(math.log(2) + math.log(8), rel=1e-9)
     best_constant = (shift.max() + shift.min()) / 2
     assert (shift - best_constant).abs().max() > 1.0
+
+
+def test_mode_share_sft_gives_every_prompt_the_same_fast_mass_whatever_its_counts():
+    # prompt 0: 8 fast, 1 slow (source a); prompt 1: 1 fast, 8 slow (source b); prompt 2: slow only
+    modes = torch.tensor([0] * 8 + [1] + [0] + [1] * 8 + [1, 1])
+    prompts = torch.tensor([0] * 9 + [1] * 9 + [2, 2])
+    w = baselines.mode_share_sft_weights(modes, prompts, 3, 0.25)
+    expected = [0.25 / 8] * 8 + [0.75] + [0.25] + [0.75 / 8] * 8 + [0.5, 0.5]
+    np.testing.assert_allclose(w.numpy(), expected, rtol=1e-6)
+    fast_mass = torch.zeros(3).index_add(0, prompts, w * (modes == 0))
+    np.testing.assert_allclose(fast_mass.numpy(), [0.25, 0.25, 0.0], atol=1e-7)
+    # plain SFT imitates the counts instead: 8/9 and 1/9
+    plain = baselines.sft_weights(prompts, 3)
+    plain_fast = torch.zeros(3).index_add(0, prompts, plain * (modes == 0))
+    np.testing.assert_allclose(plain_fast.numpy(), [8 / 9, 1 / 9, 0.0], rtol=1e-6)
+    only_fast = baselines.mode_share_sft_weights(torch.tensor([0, 0]), torch.tensor([0, 0]), 1, 0.3)
+    assert only_fast.tolist() == [0.5, 0.5]
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match="fast_share must lie strictly between 0 and 1"):
+            baselines.mode_share_sft_weights(modes, prompts, 3, bad)
+
+
+def test_with_source_counts_the_shift_is_plus_or_minus_log_8_by_the_tag():
+    """8 fast / 1 slow on source a, 1 / 8 on source b: single-reference DGO's mode logit is the
+    method's plus log(n_F/n_S) = +log 8 or -log 8 by the source tag, not by the difficulty, so
+    no single scalar maps one onto the other and the shift says nothing about which mode pays."""
+    data = yaml.safe_load((Path(__file__).parents[1] / "configs" / "default.yaml").read_text())
+    keys = ("counts_by", "n_fast", "n_slow", "n_fast_b", "n_slow_b", "source_share", "k_max")
+    task = TaskConfig(**{k: data["data"][k] for k in keys})  # the default miniature
+    assert (task.counts_by, task.counts(1, 0), task.counts(1, 1)) == ("source", (8, 1), (1, 8))
+    dual, single, log_ratio = mode_logits_dual_and_single(task)
+    records = generate_split(200, seed=0, task=task)
+    source = np.array([r["source"] for r in records])
+    expected = np.where(source == 0, math.log(8), -math.log(8))
+    np.testing.assert_allclose(log_ratio.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose((single - dual).numpy(), expected, rtol=1e-9, atol=1e-9)
+    k = np.array([r["difficulty"] for r in records])
+    assert abs(np.corrcoef(k, source)[0, 1]) < 0.2  # the tag is not the difficulty

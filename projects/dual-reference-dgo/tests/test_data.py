@@ -281,3 +281,59 @@ def test_the_default_counts_fall_for_fast_and_rise_for_slow_with_the_digit_count
     for record in generate_split(30, seed=2, task=task):
         modes = [r["mode"] for r in record["responses"]]
         assert (modes.count("fast"), modes.count("slow")) == task.counts(record["difficulty"])
+
+
+SOURCE = TaskConfig(counts_by="source", n_fast=8, n_slow=1, n_fast_b=1, n_slow_b=8)
+
+
+def test_the_source_schedule_sets_the_counts_by_the_tag_whatever_the_difficulty():
+    assert [SOURCE.counts(k, 0) for k in (1, 4, 8)] == [(8, 1)] * 3
+    assert [SOURCE.counts(k, 1) for k in (1, 4, 8)] == [(1, 8)] * 3
+    with pytest.raises(ValueError, match="needs source 0 or 1, got None"):
+        SOURCE.counts(2)
+    with pytest.raises(ValueError, match="counts_by must be 'difficulty' or 'source'"):
+        TaskConfig(counts_by="tag").counts(1)
+    records = generate_split(40, seed=2, task=SOURCE)
+    for record in records:
+        modes = [r["mode"] for r in record["responses"]]
+        expected = (8, 1) if record["source"] == 0 else (1, 8)
+        assert (modes.count("fast"), modes.count("slow")) == expected
+        assert record["question"] == ("src1 sum ?" if record["source"] == 0 else "src2 sum ?")
+    # the prompts and images are the difficulty schedule's: only the tag and the counts differ
+    plain = generate_split(40, seed=2, task=TaskConfig())
+    assert [r["digits"] for r in plain] == [r["digits"] for r in records]
+    assert all(np.array_equal(x["image"], y["image"]) for x, y in zip(plain, records, strict=True))
+    assert {r["source"] for r in plain} == {None} and {r["question"] for r in plain} == {"sum ?"}
+
+
+def test_the_source_is_drawn_independently_of_the_difficulty_with_its_share():
+    records = generate_split(4000, seed=7, task=SOURCE)
+    source = np.array([r["source"] for r in records])
+    k = np.array([r["difficulty"] for r in records])
+    assert abs(source.mean() - 0.5) < 4 * np.sqrt(0.25 / len(source))
+    for level in (1, 2, (3, 8)):  # easy, two digits, the rest: the same share of source b
+        mask = k == level if isinstance(level, int) else (k >= level[0]) & (k <= level[1])
+        assert abs(source[mask].mean() - 0.5) < 4 * np.sqrt(0.25 / mask.sum()), level
+    share = TaskConfig(counts_by="source", source_share=0.2)
+    tagged = np.array([r["source"] for r in generate_split(4000, seed=7, task=share)])
+    assert abs(tagged.mean() - 0.2) < 4 * np.sqrt(0.16 / 4000)
+
+
+def test_the_datamodule_encodes_the_source_tag_and_its_counts():
+    data = DualDgoDataModule(
+        n_train=12, n_val=2, n_test=2, seed=4, counts_by="source", n_fast=8, n_slow=1,
+        n_fast_b=1, n_slow_b=8,
+    )  # fmt: skip
+    data.setup()
+    tokenizer = data.encoder.tokenizer
+    sources = set()
+    for item in data.splits["train"]:
+        sources.add(item.source)
+        tokens = tokenizer.convert_ids_to_tokens(item.prompt.input_ids.tolist())
+        assert ("src1" if item.source == 0 else "src2") in tokens and "<unk>" not in tokens
+        fast = 8 if item.source == 0 else 1
+        assert item.modes.tolist() == [0] * fast + [1] * (9 - fast)
+    assert sources == {0, 1}
+    plain = DualDgoDataModule(n_train=2, n_val=2, n_test=2, seed=4)
+    plain.setup()
+    assert {item.source for item in plain.splits["train"]} == {-1}

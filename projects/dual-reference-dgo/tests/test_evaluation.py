@@ -178,3 +178,16 @@ def test_ranked_switch_splits_ties_evenly_and_lands_on_the_target():
     for target in (5.0, 7.3, 9.0):  # the all-slow mean is 9.52
         got = chosen(many, ranked_switch_p_slow(many, target))["tokens"].mean()
         assert got == pytest.approx(target)
+
+
+def test_the_count_swap_shift_is_per_prompt_so_opposite_moves_do_not_cancel():
+    from dual_dgo.evaluation import count_swap_shift, fast_rate_by_source
+
+    before, after = np.array([0.8, 0.2, 0.5, 0.5]), np.array([0.2, 0.8, 0.5, 0.4])
+    assert count_swap_shift(before, after) == pytest.approx((0.6 + 0.6 + 0.0 + 0.1) / 4)
+    assert abs(before.mean() - after.mean()) == pytest.approx(0.025)  # the mean barely moves
+    with pytest.raises(ValueError, match="the same prompts are needed"):
+        count_swap_shift(before, after[:3])
+    arrays = {"p_fast": before, "source": np.array([0, 1, 0, -1])}
+    assert fast_rate_by_source(arrays) == pytest.approx([0.65, 0.2])
+    assert np.isnan(fast_rate_by_source({"p_fast": before, "source": -np.ones(4)})).all()

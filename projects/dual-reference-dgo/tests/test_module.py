@@ -152,6 +152,34 @@ def test_response_weights_of_every_objective_by_value(tiny, objective):
     module.hparams.prior_fast = 0.5
 
 
+def test_the_warm_start_with_a_fixed_share_gives_every_miniature_prompt_that_fast_mass():
+    """The claim's warm start (``sft_fast_share``) on the source-tag miniature: every training
+    prompt's fast responses carry 0.25 of its weight, on both sources (8 fast / 1 slow and
+    1 fast / 8 slow), while plain SFT's fast mass is the sample share 8/9 or 1/9."""
+    data = DualDgoDataModule(
+        n_train=24, n_val=2, n_test=2, seed=5, counts_by="source", n_fast=8, n_slow=1,
+        n_fast_b=1, n_slow_b=8,
+    )  # fmt: skip
+    data.setup()
+    batch = collate_prompts(data.splits["train"])
+    stub = SimpleNamespace(
+        hparams=SimpleNamespace(objective="sft", sft_warmup_epochs=0, sft_fast_share=0.25),
+        current_epoch=0,
+    )
+    sources = torch.tensor([item.source for item in data.splits["train"]])
+    assert set(sources.tolist()) == {0, 1}
+    for share, expected in ((0.25, torch.full((24,), 0.25)), (None, None)):
+        stub.hparams.sft_fast_share = share
+        weights, rho = DualDgoModule.response_weights(stub, batch)
+        fast = torch.zeros(24).index_add(0, batch["prompts"], weights * (batch["modes"] == 0))
+        total = torch.zeros(24).index_add(0, batch["prompts"], weights)
+        torch.testing.assert_close(total, torch.ones(24))
+        if expected is None:  # plain SFT imitates the counts
+            expected = torch.where(sources == 0, 8 / 9, 1 / 9)
+        torch.testing.assert_close(fast, expected.float())
+        assert rho is None
+
+
 def test_image_ablation_takes_the_pixels_and_keeps_the_text(tiny):
     _, data, _ = tiny
     items = data.splits["train"]

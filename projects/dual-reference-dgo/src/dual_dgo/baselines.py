@@ -5,6 +5,8 @@
   rewards are all 0), rescaled by 1/N_x so that each prompt's weights sum to 1 as in Eq. 7
   (a per-prompt constant: the same optimum, the same loss scale as the method);
 - ``sft_weights``: SFT on every response, uniform within the prompt;
+- ``mode_share_sft_weights``: SFT with the mode token's share fixed on every prompt (the claim's
+  warm start, so that it carries no routing the sample counts imply);
 - ``rft_weights``: SFT on the correct responses only (rejection-sampling fine-tuning);
 - ``one_mode_weights``: always-fast / always-slow, Eq. 7 with all prior on one mode;
 - ``oracle_route``: the oracle router, slow exactly when the true difficulty reaches a threshold.
@@ -49,6 +51,30 @@ def sft_weights(prompts: torch.Tensor, n_prompts: int) -> torch.Tensor:
     """1 / N_x on every response: plain SFT on the mixture of both behaviour policies."""
     ones = torch.ones(len(prompts), dtype=torch.float32, device=prompts.device)
     return ones / _per_prompt_sum(ones, prompts, n_prompts)[prompts]
+
+
+def mode_share_sft_weights(
+    modes: torch.Tensor, prompts: torch.Tensor, n_prompts: int, fast_share: float
+) -> torch.Tensor:
+    """SFT on the mixture with the mode token's share fixed: on every prompt the fast responses
+    share ``fast_share`` equally and the slow ones 1 - ``fast_share`` (all of it to the mode
+    present when a prompt has one mode only). Each prompt's weights sum to 1 as in
+    ``sft_weights``, but the sample counts no longer set the first token's target, so a warm
+    start trained this way carries no routing the counts imply (its P(fast) is ``fast_share``
+    on every prompt)."""
+    if not 0.0 < fast_share < 1.0:
+        raise ValueError(f"fast_share must lie strictly between 0 and 1, got {fast_share}")
+    fast = (modes == 0).to(torch.float64)
+    n_fast = _per_prompt_sum(fast, prompts, n_prompts)[prompts]
+    n_slow = _per_prompt_sum(1.0 - fast, prompts, n_prompts)[prompts]
+    share_fast = torch.where(
+        n_slow > 0, torch.full_like(n_fast, fast_share), torch.ones_like(n_fast)
+    )
+    share_fast = torch.where(n_fast > 0, share_fast, torch.zeros_like(share_fast))
+    weights = torch.where(
+        fast.bool(), share_fast / n_fast.clamp_min(1), (1.0 - share_fast) / n_slow.clamp_min(1)
+    )
+    return weights.to(torch.float32)
 
 
 def rft_weights(correct: torch.Tensor, prompts: torch.Tensor, n_prompts: int) -> torch.Tensor:

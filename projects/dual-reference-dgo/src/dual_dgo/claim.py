@@ -52,7 +52,9 @@ from dual_dgo.data import DualDgoDataModule, collate_prompts
 from dual_dgo.evaluation import (
     ablate_images,
     accuracy_by_difficulty,
+    count_swap_shift,
     fast_rate_by_difficulty,
+    fast_rate_by_source,
     gain_at_matched_tokens,
     ranked_switch_p_slow,
     ridge_probe_r2,
@@ -526,8 +528,8 @@ def seed_metrics(runs: dict[str, dict], moved: dict[str, dict], threshold: float
         out[subject]["count_swap_shift"] = float("nan")
     out["oracle_router"]["count_swap_shift"] = 0.0  # routes on the digit count only
     for subject, run in moved.items():
-        shift = abs(run["test"]["p_fast"].mean() - tests[subject]["p_fast"].mean())
-        out[subject]["count_swap_shift"] = float(shift)
+        shift = count_swap_shift(tests[subject]["p_fast"], run["test"]["p_fast"])
+        out[subject]["count_swap_shift"] = shift
     return out
 
 
@@ -541,6 +543,10 @@ def ablation_entry(seed: int, runs: dict, moved: dict, mean_loss: dict) -> dict[
         "fast_rate_by_difficulty": {
             s: fast_rate_by_difficulty(r["test"], K_MAX)
             for s, r in {**runs, "dual_token_mean": mean_loss}.items()
+        },
+        "fast_rate_by_source": {  # sources a, b (NaN under the difficulty schedule)
+            s: fast_rate_by_source(r["test"])
+            for s, r in {**runs, **{f"{n}_swapped": m for n, m in moved.items()}}.items()
         },
         "target_fast_by_difficulty": {
             s: r["target_fast_by_difficulty"] for s, r in runs.items() if s in TRAINED
@@ -626,7 +632,7 @@ def fine_tune_budget(experiment: Experiment, spec, registered: dict, check) -> d
                 metric = float(chosen(arrays, p_slow)["correct"].mean())
         elif counted:
             other = experiment.done[job(subject, multiplier, swapped)]
-            metric = float(abs(other.value["test"]["p_fast"].mean() - arrays["p_fast"].mean()))
+            metric = count_swap_shift(arrays["p_fast"], other.value["test"]["p_fast"])
             wall += other.wall_time_s
         elif check.metric == "fast_rate":
             metric = float(arrays["p_fast"].mean())

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
@@ -65,6 +65,7 @@ class PromptItem:
     # the scripted policies' outcome table [2 modes, 3] = (accuracy, r if correct, r if wrong);
     # NaN for real data (the exact-partition control needs known policies)
     policy_table: torch.Tensor
+    source: int = -1  # the miniature's data source (0 a, 1 b) under counts_by="source", else -1
 
 
 def collate_prompts(items: list[PromptItem]) -> dict:
@@ -88,10 +89,13 @@ class DualDgoDataModule(LightningDataModule):
     """Train / validation / test prompts of the offline file or of the miniature.
 
     ``seed`` fixes the miniature's prompts and draws; by default it is the run's
-    ``seed_everything``. ``n_fast`` / ``n_slow``: responses per prompt from each scripted
-    behaviour policy at difficulty 1, ``n_fast_hard`` / ``n_slow_hard`` at ``k_max``, linear in
-    between (``TaskConfig.counts``; equal ends give every prompt the same counts). The claim's
-    count-swap check exchanges the fast and slow schedules.
+    ``seed_everything``. ``counts_by="difficulty"``: ``n_fast`` / ``n_slow`` responses per
+    prompt from each scripted behaviour policy at difficulty 1, ``n_fast_hard`` /
+    ``n_slow_hard`` at ``k_max``, linear in between (equal ends give every prompt the same
+    counts). ``counts_by="source"`` (the claim's design): a source tag in the question, drawn
+    independently of the difficulty (P(b) = ``source_share``), sets the counts: ``n_fast`` /
+    ``n_slow`` for source a, ``n_fast_b`` / ``n_slow_b`` for b (``TaskConfig.counts``). The
+    claim's count-swap check exchanges the fast and slow counts.
     """
 
     def __init__(
@@ -106,6 +110,10 @@ class DualDgoDataModule(LightningDataModule):
         n_slow: NonNegativeInt = 2,
         n_fast_hard: NonNegativeInt = 1,
         n_slow_hard: NonNegativeInt = 8,
+        counts_by: Literal["difficulty", "source"] = "difficulty",
+        n_fast_b: NonNegativeInt = 1,
+        n_slow_b: NonNegativeInt = 8,
+        source_share: ClosedUnitInterval = 0.5,
         length_cost: NonNegativeFloat = 0.2,
         difficulty: Literal["harmonic", "uniform"] = "harmonic",
         max_length: PositiveInt | None = None,
@@ -127,6 +135,10 @@ class DualDgoDataModule(LightningDataModule):
             n_slow=h.n_slow,
             n_fast_hard=h.n_fast_hard,
             n_slow_hard=h.n_slow_hard,
+            counts_by=h.counts_by,
+            n_fast_b=h.n_fast_b,
+            n_slow_b=h.n_slow_b,
+            source_share=h.source_share,
             length_cost=h.length_cost,
             difficulty=h.difficulty,
         )
@@ -135,10 +147,15 @@ class DualDgoDataModule(LightningDataModule):
         if self.encoder is not None:
             return
         h = self.hparams
-        if min(h.n_fast + h.n_slow, h.n_fast_hard + h.n_slow_hard) == 0:
+        other = (
+            (h.n_fast_b, h.n_slow_b, "data.n_fast_b + data.n_slow_b")
+            if h.counts_by == "source"
+            else (h.n_fast_hard, h.n_slow_hard, "data.n_fast_hard + data.n_slow_hard")
+        )
+        if min(h.n_fast + h.n_slow, other[0] + other[1]) == 0:
             raise ConfigError(
                 "every prompt needs at least 1 response: data.n_fast + data.n_slow and "
-                "data.n_fast_hard + data.n_slow_hard must both be positive"
+                f"{other[2]} must both be positive"
             )
         self.seed = run_seed() if h.seed is None else h.seed
         self.encoder = PromptEncoder(build_processor(h.checkpoint))
@@ -221,6 +238,7 @@ class DualDgoDataModule(LightningDataModule):
             answer=record["answer"],
             difficulty=-1 if k is None else int(k),
             policy_table=table,
+            source=-1 if record.get("source") is None else int(record["source"]),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -4,7 +4,8 @@ image ablation, the precondition. These are this implementation's definitions (R
 
 Per-prompt arrays come from ``DualDgoModule.evaluate_prompts``: ``p_fast`` (exact),
 ``{fast,slow}_correct`` and ``{fast,slow}_tokens`` (greedy decodes forced into each mode) and
-``difficulty``. A routing rule is P(slow) per prompt; its expected correctness and tokens are
+``difficulty`` (and ``source``: 0 / 1 for the miniature's two data sources, -1 otherwise).
+A routing rule is P(slow) per prompt; its expected correctness and tokens are
 exact mixtures of the two forced decodes (``model.chosen``).
 """
 
@@ -119,6 +120,25 @@ def accuracy_by_difficulty(arrays: dict[str, np.ndarray], mode: str, levels: lis
     """Forced-``mode`` greedy accuracy on the prompts whose difficulty is in ``levels``."""
     keep = np.isin(arrays["difficulty"], levels)
     return float(arrays[f"{mode}_correct"][keep].mean())
+
+
+def count_swap_shift(p_fast: np.ndarray, p_fast_swapped: np.ndarray) -> float:
+    """Mean over the same prompts of |P(fast) trained on the registered counts - P(fast) trained
+    on the swapped ones|: a per-prompt shift, so a model that moves fast on one source and slow on
+    the other by the same amount (a shift of the means would cancel) is caught."""
+    if p_fast.shape != p_fast_swapped.shape:
+        raise ValueError(f"the same prompts are needed: {p_fast.shape} != {p_fast_swapped.shape}")
+    return float(np.abs(np.asarray(p_fast) - np.asarray(p_fast_swapped)).mean())
+
+
+def fast_rate_by_source(arrays: dict[str, np.ndarray]) -> list[float]:
+    """Mean P(fast) on the prompts of source a and of source b (NaN where none)."""
+    return [
+        float(arrays["p_fast"][arrays["source"] == s].mean())
+        if (arrays["source"] == s).any()
+        else float("nan")
+        for s in (0, 1)
+    ]
 
 
 def fast_rate_by_difficulty(arrays: dict[str, np.ndarray], k_max: int) -> list[float]:

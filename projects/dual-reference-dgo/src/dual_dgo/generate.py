@@ -38,14 +38,14 @@ def sample_fast_responses(
     temperature: float,
     seed: int,
 ) -> list[list[dict]]:
-    """``task.counts(k)[0]`` responses per record of difficulty k from ``model`` forced into the
-    fast mode, each scored.
+    """``task.counts(k, source)[0]`` responses per record of difficulty k from ``model`` forced
+    into the fast mode, each scored.
 
     The draws depend only on (model, records, n, temperature, seed): sampling runs under a
     forked torch generator seeded with ``seed``."""
     model.eval()
     encoder: PromptEncoder = model.encoder
-    counts = [task.counts(r["difficulty"])[0] for r in records]
+    counts = [task.counts(r["difficulty"], r.get("source"))[0] for r in records]
     verify = VERIFIERS["exact"]
     prompts = [
         encoder.encode_prompt(r["image"], r["question"])
@@ -154,8 +154,13 @@ def generate_cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     defaults = DualDgoDataModule().hparams
-    for name in ("n_train", "n_val", "n_test", "n_fast", "n_slow", "n_fast_hard", "n_slow_hard"):
+    counts = ("n_fast", "n_slow", "n_fast_hard", "n_slow_hard", "n_fast_b", "n_slow_b")
+    for name in ("n_train", "n_val", "n_test", *counts):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name])
+    parser.add_argument(
+        "--counts-by", choices=("difficulty", "source"), default=defaults["counts_by"]
+    )
+    parser.add_argument("--source-share", type=float, default=defaults["source_share"])
     parser.add_argument("--length-cost", type=float, default=defaults["length_cost"])
     args = parser.parse_args(argv)
     if args.temperature <= 0:
@@ -169,6 +174,10 @@ def generate_cli(argv: list[str] | None = None) -> None:
         n_slow=args.n_slow,
         n_fast_hard=args.n_fast_hard,
         n_slow_hard=args.n_slow_hard,
+        counts_by=args.counts_by,
+        n_fast_b=args.n_fast_b,
+        n_slow_b=args.n_slow_b,
+        source_share=args.source_share,
         length_cost=args.length_cost,
     )
     sizes = {"train": args.n_train, "val": args.n_val, "test": args.n_test}

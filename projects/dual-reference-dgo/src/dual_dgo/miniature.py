@@ -17,14 +17,25 @@ the exact partition functions of Eq. 3 in core.py):
   probability p_S(k) = 1 - slow_error k; a wrong trace has one
   slipped running sum at a uniformly drawn step, carried to the answer.
 
-Sample counts per prompt depend on the difficulty (``TaskConfig.counts``): n_F(k) falls
-linearly from ``n_fast`` at k = 1 to ``n_fast_hard`` at k = k_max and n_S(k) rises from
-``n_slow`` to ``n_slow_hard`` (rounded half up), as when a data pipeline spends more reasoning
-samples on hard inputs. Why it matters: single-reference DGO pools the samples, so its weights
+Sample counts per prompt (``TaskConfig.counts``) follow one of two schedules:
+
+- ``counts_by="difficulty"``: n_F(k) falls linearly from ``n_fast`` at k = 1 to
+  ``n_fast_hard`` at k = k_max and n_S(k) rises from ``n_slow`` to ``n_slow_hard`` (rounded half
+  up), as when a data pipeline spends more reasoning samples on hard inputs (the record at
+  c731642; these counts point the way good routing does);
+- ``counts_by="source"`` (the registered design since issue 49's second round): each prompt
+  comes from one of two data sources, drawn independently of the difficulty (P(source b) =
+  ``source_share``) and visible as a tag in the question (``src1 sum ?`` / ``src2 sum ?``);
+  source a was collected with ``n_fast`` fast and ``n_slow`` slow samples per prompt, source b
+  with ``n_fast_b`` and ``n_slow_b``. Imitating the counts then routes by the tag, which says
+  nothing about whether the fast answer is right; only an objective that divides the counts out
+  can route by the reward.
+
+Why it matters: single-reference DGO pools the samples, so its weights
 equal Eq. 7's with the prior replaced by the sample share n_m / (n_F + n_S); its mode logit is
 the method's shifted by log(n_F/n_S) - log(alpha_F/alpha_S). With constant counts that shift is
 one number for every prompt (log 3 for 2 fast and 6 slow), which a single scalar (a prior, a
-logit bias) undoes; with counts that vary by difficulty it is not.
+logit bias) undoes; with counts that vary by prompt it is not.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ GLYPHS = {
 CELL, GRID = 12, 3
 IMAGE_SIZE = CELL * GRID
 QUESTION = "sum ?"
+SOURCE_TAGS = ("src1", "src2")  # the question's source tag under counts_by="source"
 MODE_TOKENS = {"fast": "<fast>", "slow": "<think>"}
 END_THINK = "</think>"
 ANSWER_TAG = "A:"
@@ -69,6 +81,10 @@ class TaskConfig:
     n_slow: int = 2  # ... and slow ones
     n_fast_hard: int = 1  # at k = k_max (linear in between, rounded half up)
     n_slow_hard: int = 8
+    counts_by: str = "difficulty"  # or "source": counts set by a visible source tag
+    n_fast_b: int = 1  # source b's counts (counts_by="source"; source a: n_fast, n_slow)
+    n_slow_b: int = 8
+    source_share: float = 0.5  # P(source b), drawn independently of the difficulty
     length_cost: float = 0.2  # lambda in r = 1[correct] - lambda len / len_max
     difficulty: str = "harmonic"  # P(k) proportional to 1/k (easy prompts common) or "uniform"
 
@@ -78,9 +94,19 @@ class TaskConfig:
     def slow_accuracy(self, k: int) -> float:
         return float(np.clip(1.0 - self.slow_error * k, 0.05, 1.0))
 
-    def counts(self, k: int) -> tuple[int, int]:
-        """(n_F, n_S) for a prompt of difficulty k: each count linear in k between its value at
-        k = 1 and at k = k_max, rounded half up (equal ends: the same count for every prompt)."""
+    def counts(self, k: int, source: int | None = None) -> tuple[int, int]:
+        """(n_F, n_S) for a prompt of difficulty k from data source ``source`` (0 = a, 1 = b).
+
+        ``counts_by="source"``: (n_fast, n_slow) for source a, (n_fast_b, n_slow_b) for source
+        b, whatever k. ``counts_by="difficulty"``: each count linear in k between its value at
+        k = 1 and at k = k_max, rounded half up (equal ends: the same count for every prompt);
+        the source plays no part."""
+        if self.counts_by == "source":
+            if source not in (0, 1):
+                raise ValueError(f"counts_by='source' needs source 0 or 1, got {source!r}")
+            return (self.n_fast, self.n_slow) if source == 0 else (self.n_fast_b, self.n_slow_b)
+        if self.counts_by != "difficulty":
+            raise ValueError(f"counts_by must be 'difficulty' or 'source', got {self.counts_by!r}")
         share = 0.0 if self.k_max == 1 else (k - 1) / (self.k_max - 1)
 
         def between(easy: int, hard: int) -> int:
@@ -161,10 +187,12 @@ def slow_response(
 def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
     """n prompts in the offline file's layout (formats.py), images as arrays.
 
-    Each prompt of difficulty k gets task.counts(k) = (n_F, n_S) responses of mu_F and mu_S,
-    scored by the verifier (exact answer match) and the length cost. Prompts and images depend
-    on the seed only; each prompt's responses on (seed, index), so changing the sample counts
-    keeps the prompts (the count-swap check compares the same prompts).
+    Each prompt of difficulty k (and source s under ``counts_by="source"``, drawn from its own
+    generator seeded by (seed, index, 1), shown as the question's tag) gets task.counts(k, s) =
+    (n_F, n_S) responses of mu_F and mu_S, scored by the verifier (exact answer match) and the
+    length cost. Prompts and images depend on the seed only; each prompt's responses on (seed,
+    index), so changing the sample counts keeps the prompts (the count-swap check compares the
+    same prompts).
     """
     rng = np.random.default_rng(seed)
     records = []
@@ -173,8 +201,12 @@ def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
         digits = [int(d) for d in rng.integers(0, 10, size=k)]
         image = render(digits, rng, task.noise)
         draws = np.random.default_rng([seed, index])
+        source, question = None, QUESTION
+        if task.counts_by == "source":  # its own stream: the prompts and images stay the same
+            source = int(np.random.default_rng([seed, index, 1]).random() < task.source_share)
+            question = f"{SOURCE_TAGS[source]} {QUESTION}"
         responses = []
-        n_fast, n_slow = task.counts(k)
+        n_fast, n_slow = task.counts(k, source)
         for mode, count, policy, length in [
             ("fast", n_fast, fast_response, fast_length()),
             ("slow", n_slow, slow_response, slow_length(k)),
@@ -193,10 +225,11 @@ def generate_split(n: int, seed: int, task: TaskConfig) -> list[dict]:
             {
                 "id": f"{seed}-{index}",
                 "image": image,
-                "question": QUESTION,
+                "question": question,
                 "answer": str(sum(digits) % 10),
                 "difficulty": k,
                 "digits": digits,
+                "source": source,
                 "responses": responses,
             }
         )

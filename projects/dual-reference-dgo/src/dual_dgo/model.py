@@ -18,6 +18,7 @@ from jsonargparse.typing import (
     ClosedUnitInterval,
     NonNegativeFloat,
     NonNegativeInt,
+    OpenUnitInterval,
     PositiveFloat,
     PositiveInt,
 )
@@ -73,6 +74,9 @@ class DualDgoModule(LightningModule):
     of the compute (the default, 1, is what lets the tiny VLM learn to read in minutes: many
     distinct images per step). ``sft_warmup_epochs``: the first epochs train SFT on the mixture
     (the warm start the claim shares between objectives), then the objective takes over.
+    ``sft_fast_share``: None trains SFT on every response as sampled (its first token imitates
+    the sample counts); a share s in (0, 1) gives each prompt's fast responses s of its weight
+    and the slow ones 1 - s (``baselines.mode_share_sft_weights``; the claim's warm start).
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class DualDgoModule(LightningModule):
         vision_hidden: PositiveInt = 64,
         responses_per_prompt: PositiveInt | None = 1,
         sft_warmup_epochs: NonNegativeInt = 0,
+        sft_fast_share: OpenUnitInterval | None = None,
         verifier: Literal["exact", "numeric", "choice"] = "exact",
         max_new_tokens: PositiveInt = 24,
         length_cost: NonNegativeFloat = 0.2,
@@ -126,6 +131,10 @@ class DualDgoModule(LightningModule):
         """Per-response weights of the configured objective and the target mode masses rho."""
         h = self.hparams
         if h.objective == "sft" or self.current_epoch < h.sft_warmup_epochs:
+            if h.sft_fast_share is not None:
+                return baselines.mode_share_sft_weights(
+                    batch["modes"], batch["prompts"], batch["n_prompts"], h.sft_fast_share
+                ), None
             return baselines.sft_weights(batch["prompts"], batch["n_prompts"]), None
         args = (batch["rewards"], batch["modes"], batch["prompts"], batch["n_prompts"], h.beta)
         prior = torch.tensor([h.prior_fast, 1.0 - h.prior_fast])
@@ -252,6 +261,7 @@ class DualDgoModule(LightningModule):
             )
             out[f"{name}_tokens"] = np.array([len(ids) for ids in generated], dtype=np.float64)
         out["difficulty"] = np.array([item.difficulty for item in items], dtype=np.float64)
+        out["source"] = np.array([item.source for item in items], dtype=np.float64)
         return out
 
     @torch.no_grad()

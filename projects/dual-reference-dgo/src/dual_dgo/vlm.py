@@ -29,10 +29,18 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from dual_dgo.miniature import ANSWER_TAG, CELL, END_THINK, IMAGE_SIZE, MODE_TOKENS
+from dual_dgo.miniature import (
+    ANSWER_TAG,
+    CELL,
+    END_THINK,
+    IMAGE_SIZE,
+    MODE_TOKENS,
+    SOURCE_TAGS,
+)
 
 MINI_SPECIAL = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
 MINI_WORDS = [*MODE_TOKENS.values(), END_THINK, ANSWER_TAG, *map(str, range(10)), "sum", "?", "=>"]
+MINI_WORDS += list(SOURCE_TAGS)  # appended: the earlier words keep their ids
 MINI_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}<image> {% else %}{{ part['text'] }} {% endif %}"
