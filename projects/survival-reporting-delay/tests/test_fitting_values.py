@@ -309,3 +309,23 @@ def test_the_time_of_day_posterior_defaults_to_no_shift():
     assert len(default[0]) > 0
     for a, b in zip(default, explicit, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_an_exact_event_with_a_report_known_to_the_day_uses_the_report_interval():
+    """Eq. (H5) in the marginal likelihood: a subject whose event time is exact but whose report
+    is known only to an interval contributes log f_T(T) + log P(D in [D, D + w)), not f_D(D)."""
+    cohort = _interval_cohort(n=400)
+    rep = cohort.reported
+    rows = (rep & (cohort.event_width == 0) & (cohort.delay_width > 0)).nonzero().squeeze(-1)
+    assert len(rows) > 3
+    model = JointModel.build(0)
+    theta = torch.tensor([0.1, 0.3], dtype=F64)
+    phi = torch.tensor([-0.6, 0.2], dtype=F64)
+    per_subject = model.loglik(theta, phi, cohort, per_subject=True)
+    sub = cohort.subset(rows)
+    no_x = sub.x
+    lower, upper = sub.delay, sub.delay + sub.delay_width
+    expected = model.event.log_density(theta, sub.event_time, no_x) + torch.log(
+        model.delay.cdf(phi, upper, no_x) - model.delay.cdf(phi, lower, no_x)
+    )
+    torch.testing.assert_close(per_subject[rows], expected)
