@@ -329,3 +329,22 @@ def test_an_exact_event_with_a_report_known_to_the_day_uses_the_report_interval(
         model.delay.cdf(phi, upper, no_x) - model.delay.cdf(phi, lower, no_x)
     )
     torch.testing.assert_close(per_subject[rows], expected)
+
+
+def test_log_observed_is_the_density_at_width_0_and_the_interval_above_it_with_a_shift():
+    from survival_delay.hazards import PHComponent, make_family
+
+    component = PHComponent(make_family("weibull"), 1)
+    params = torch.tensor([0.2, -0.1, 0.5], dtype=F64)
+    x = torch.tensor([[1.0], [-0.5], [0.3]], dtype=F64)
+    t = torch.tensor([0.4, 0.9, 0.2], dtype=F64)
+    width = torch.tensor([0.0, 0.5, 0.003], dtype=F64)  # exact, half a unit, about a day
+    offset = -0.3
+    expected = torch.stack(
+        [
+            component.log_density(params, t, x, offset)[0],
+            component.log_interval_prob(params, t, width, x, offset)[1],
+            component.log_interval_prob(params, t, width, x, offset)[2],
+        ]
+    )
+    torch.testing.assert_close(component.log_observed(params, t, width, x, offset), expected)
