@@ -348,3 +348,27 @@ def test_log_observed_is_the_density_at_width_0_and_the_interval_above_it_with_a
         ]
     )
     torch.testing.assert_close(component.log_observed(params, t, width, x, offset), expected)
+
+
+def test_time_of_day_nodes_after_a_short_report_window_carry_no_mass():
+    """An event known to its day, reported the same day within a quarter day: nodes later than
+    the report window's end are impossible, so their posterior weight is 0 and the subject's
+    likelihood stays finite (Eqs. H6, E3)."""
+    day = 1 / 365.25
+    cohort = Cohort(
+        torch.zeros(1, 0, dtype=F64),
+        torch.tensor([2.0], dtype=F64),
+        torch.tensor([1.0], dtype=F64),
+        torch.tensor([True]),
+        torch.tensor([0.3], dtype=F64),
+        torch.tensor([0.0], dtype=F64),
+        torch.tensor([day], dtype=F64),
+        torch.tensor([day / 4], dtype=F64),
+    ).check()
+    model = JointModel.build(0)
+    theta = torch.tensor([0.0, 0.2], dtype=F64)
+    phi = torch.tensor([math.log(0.5 * day), 0.0], dtype=F64)
+    _, offset, weight = model.day_posterior(theta, phi, cohort)
+    late = offset[0] >= day / 4
+    assert late.any() and (weight[0][late] == 0).all() and weight[0][~late].sum() > 0.999
+    assert torch.isfinite(model.loglik(theta, phi, cohort, per_subject=True)).all()
