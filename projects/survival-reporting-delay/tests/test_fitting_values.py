@@ -372,3 +372,63 @@ def test_time_of_day_nodes_after_a_short_report_window_carry_no_mass():
     late = offset[0] >= day / 4
     assert late.any() and (weight[0][late] == 0).all() and weight[0][~late].sum() > 0.999
     assert torch.isfinite(model.loglik(theta, phi, cohort, per_subject=True)).all()
+
+
+def _tiny_cohort(delays, exposure=(0.3, 0.5, 0.2), window=(1.0, 1.0, 1.0)) -> Cohort:
+    reported = torch.tensor([not math.isnan(d) for d in delays])
+    return Cohort(
+        torch.zeros(len(delays), 0, dtype=F64),
+        torch.tensor(window, dtype=F64),
+        torch.tensor(exposure, dtype=F64),
+        reported,
+        torch.tensor([0.1 if r else math.nan for r in reported.tolist()], dtype=F64),
+        torch.tensor(delays, dtype=F64),
+    ).check()
+
+
+def test_default_start_takes_its_time_scales_from_the_data():
+    """Events start at the exponential law with mean 4 x the longest exposure, delays at the
+    mean reported delay (a tenth of the longest exposure without reports), both floored at 1e-3."""
+    model = JointModel.build(0)
+    start = fitting.default_start(model, _tiny_cohort([0.2, math.nan, 0.4]))
+    assert start["theta"].tolist() == pytest.approx([math.log(4 * 0.5), 0.0])
+    assert start["phi"].tolist() == pytest.approx([math.log(0.3), 0.0])
+    assert start["gamma"].tolist() == [0.0]
+    no_reports = fitting.default_start(model, _tiny_cohort([math.nan] * 3))
+    assert no_reports["phi"].tolist() == pytest.approx([math.log(0.05), 0.0])
+    tiny = fitting.default_start(model, _tiny_cohort([math.nan] * 3, exposure=(0.0, 0.0, 0.0)))
+    assert tiny["theta"].tolist() == pytest.approx([math.log(4e-3), 0.0])
+    assert tiny["phi"].tolist() == pytest.approx([math.log(1e-3), 0.0])
+
+
+def test_lbfgs_maximize_reaches_the_rosenbrock_optimum_in_one_call():
+    """One call runs L-BFGS for up to ``max_iter`` (200) iterations with a strong-Wolfe line
+    search: enough to solve the 2-D Rosenbrock valley from (-1.2, 1), which torch's own default
+    of 20 iterations is not."""
+
+    def objective(b):
+        x, y = b["theta"][0], b["theta"][1]
+        return -((1 - x) ** 2 + 100 * (y - x**2) ** 2)
+
+    start = {"theta": torch.tensor([-1.2, 1.0], dtype=F64), "gamma": torch.zeros(1, dtype=F64)}
+    fitted = fitting.lbfgs_maximize(objective, start, ("theta",))
+    np.testing.assert_allclose(fitted["theta"].numpy(), [1.0, 1.0], atol=1e-6)
+    assert fitted["gamma"].tolist() == [0.0]
+
+
+def test_unreported_risk_and_ibnr_default_to_no_shift():
+    model = JointModel.build(0)
+    cohort = _tiny_cohort([0.2, math.nan, 0.4])
+    start = fitting.default_start(model, cohort)
+    theta, phi = start["theta"], start["phi"]
+    zero = torch.zeros(1, dtype=F64)
+    assert torch.equal(
+        model.posterior_event_prob(theta, phi, cohort),
+        model.posterior_event_prob(theta, phi, cohort, zero),
+    )
+    assert torch.equal(
+        model.expected_ibnr(theta, phi, cohort), model.expected_ibnr(theta, phi, cohort, zero)
+    )
+    assert model.expected_ibnr(theta, phi, cohort, zero) < model.expected_ibnr(
+        theta, phi, cohort, zero + 1.0
+    )
