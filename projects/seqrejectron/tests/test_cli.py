@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from papers_cli.testing import check_resume, run_ddp_train, run_train_test, user_error_message
 from papers_eval import load_claim
@@ -38,15 +39,38 @@ def test_a_validator_round_raises_test_disagreement_and_keeps_train_agreement(se
     assert int(model.n_validators) == 1 and (model.taus < 10**9).any()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 59): since the module scores train disagreement per trajectory, the tiny "
-    "search stops at step 9 straight through but step 10 after a resume",
-)
 def test_resuming_mid_loop_continues_exactly(tiny_args, tmp_path):
-    # BC for 4 steps, rounds of 4: the checkpoint at step 10 is 2 steps into the second round
+    # BC for 4 steps, then a round of 6 (steps 4-9, scored at step 9), 5 batches an epoch: the
+    # checkpoint at step 5 is 1 step into the round, and the round's end closes an epoch, so
+    # the resumed half logs the round's score and a validation
+    args = [*tiny_args, "--model.bc_steps=4", "--model.validator_steps=6"]
+    check_resume(train, args, steps=10, root_dir=tmp_path / "resume")
+
+
+def test_a_run_resumed_after_the_search_ended_stops_at_once(tiny_args, tmp_path):
+    """A checkpoint written after the search ended resumes into no step at all: the same global
+    step and parameters, however many steps are left (before, the resumed run counted one more
+    step than the run that went straight through)."""
     args = [*tiny_args, "--model.bc_steps=4", "--model.validator_steps=4"]
-    check_resume(train, args, steps=20, root_dir=tmp_path / "resume")
+    common = ["--trainer.max_epochs=-1", "--trainer.enable_checkpointing=true"]
+    ended = train(
+        ["fit", *args, *common, "--trainer.max_steps=40", f"--trainer.default_root_dir={tmp_path}"]
+    )
+    assert bool(ended.model.done) and ended.trainer.global_step < 40
+    path = ended.trainer.checkpoint_callback.best_model_path
+    resumed = train(
+        [
+            "fit",
+            *args,
+            *common,
+            "--trainer.max_steps=80",
+            f"--trainer.default_root_dir={tmp_path / 'resumed'}",
+            f"--ckpt_path={path}",
+        ]
+    )
+    assert resumed.trainer.global_step == ended.trainer.global_step
+    for name, value in ended.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name
 
 
 def test_test_subcommand_rolls_out_the_selective_policy(tiny_args, tmp_path):

@@ -77,6 +77,15 @@ class SeqRejectronModule(LightningModule):
         return flags
 
     # -- training --------------------------------------------------------------------------
+    def on_train_batch_start(self, batch, batch_idx):
+        """Once the search has ended, stop before the next step: no step runs and none is
+        counted, so a run resumed from a checkpoint written after the end stops at the same
+        global step as the run that went straight through (-1 skips the epoch's batches)."""
+        if bool(self.done):
+            self.trainer.should_stop = True
+            return -1
+        return None
+
     def training_step(self, batch, batch_idx):
         step, h = self.global_step, self.hparams
         if step < h.bc_steps:
