@@ -21,6 +21,7 @@ from papers_eval import (
     write_claim,
     write_results,
 )
+from papers_eval.claim import check_outcome
 
 SUBJECTS = ("method", "baseline", "broken", "oracle")
 METRICS = ("error", "accuracy")
@@ -245,12 +246,64 @@ def test_bad_preconditions_are_clear_errors(tmp_path, precondition, message):
         load(tmp_path, precondition=precondition)
 
 
-@pytest.mark.parametrize(("key", "value"), [("subject", "method"), ("rule", "estimate")])
-def test_a_check_cannot_name_a_subject_or_a_point_rule(tmp_path, key, value):
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("subject", "method", "unknown keys \\['subject'\\]"),
+        ("rule", "estimate", "rule: estimate is for preconditions only"),
+        ("rule", "median", "check 'c' needs rule: interval or rule: every_seed"),
+    ],
+)
+def test_a_check_cannot_name_a_subject_or_a_point_rule(tmp_path, key, value, message):
     checks = [{"name": "c", "metric": "error", "goal": "lower", "against": "baseline",
                key: value}]  # fmt: skip
-    with pytest.raises(ClaimSpecError, match=f"unknown keys \\['{key}'\\]"):
+    with pytest.raises(ClaimSpecError, match=message):
         load(tmp_path, checks=checks)
+
+
+def _bound_check(tmp_path, rule, **extra):
+    check = {"name": "flat", "metric": "error", "goal": "lower", "threshold": 0.05, "rule": rule}
+    return load(tmp_path, checks=[{**check, **extra}])
+
+
+@pytest.mark.parametrize(
+    ("per_seed", "interval_passes", "every_seed_passes"),
+    [
+        ([0.0, 0.03, 0.0], False, True),  # every seed under the bar; t over 3 means is not
+        ([0.08, 0.08, 0.08], False, False),  # a control far above it at every seed
+        ([0.0, 0.0, 0.06], False, False),  # one seed above it
+        ([0.01, 0.012, 0.011], True, True),
+    ],
+)
+def test_an_every_seed_rule_bounds_each_seed_and_still_reports_the_interval(
+    tmp_path, per_seed, interval_passes, every_seed_passes
+):
+    results = {"method": {"error": per_seed}}
+    by_interval_spec = _bound_check(tmp_path, "interval")
+    by_interval = check_outcome(by_interval_spec, by_interval_spec.checks[0], "method", results)
+    spec = _bound_check(tmp_path, "every_seed")
+    outcome = check_outcome(spec, spec.checks[0], "method", results)
+    assert by_interval.passed == interval_passes
+    assert outcome.passed == every_seed_passes
+    assert outcome.advantage == by_interval.advantage  # the same interval, whichever rule decides
+    assert spec.checks[0].describe() == "every seed's error below 0.05"
+
+
+def test_an_every_seed_rule_against_references_takes_each_seeds_seed_means(tmp_path):
+    """Per seed: the subject's mean over items against each reference's, less the margin; the
+    check passes only if every seed clears every reference."""
+    check = {"name": "c", "metric": "error", "goal": "lower", "against": ["baseline", "broken"],
+             "margin": 0.1, "rule": "every_seed"}  # fmt: skip
+    spec = load(tmp_path, checks=[check])
+    method = [np.array([0.2, 0.4]), np.array([0.3, 0.3]), np.array([0.1, 0.5])]  # means 0.3
+    results = {
+        "method": {"error": method},
+        "baseline": {"error": [np.full(2, 0.5), np.full(2, 0.5), np.full(2, 0.41)]},
+        "broken": {"error": [np.full(2, 0.9)] * 3},
+    }  # seed 2 clears the baseline by 0.11 - 0.1 = 0.01 only
+    assert check_outcome(spec, spec.checks[0], "method", results).passed
+    results["baseline"]["error"][2] = np.full(2, 0.39)  # seed 2: 0.09 < the margin
+    assert not check_outcome(spec, spec.checks[0], "method", results).passed
 
 
 def test_a_check_passes_only_when_the_whole_interval_clears_the_bar(tmp_path):
@@ -436,7 +489,12 @@ def test_write_claim_round_trips_and_renders_every_part(tmp_path):
         and "vs baseline 0.99" in record["headline"]
     )
     md = (tmp_path / "out" / "claim.md").read_text()
-    for text in ("**Verdict: held, not replicated.**", "(replication not run)", "| beats_baseline | error below baseline |", "broken"):
+    for text in (
+        "**Verdict: held, not replicated.**",
+        "(replication not run)",
+        "| beats_baseline | error below baseline |",
+        "broken",
+    ):
         assert text in md
     assert "weights_moved" in md
     assert "## Notes\n\n- first note\n- second note" in md

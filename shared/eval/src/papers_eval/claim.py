@@ -25,7 +25,7 @@ A project pre-registers its claim in ``configs/claim.yaml``::
         metric: test_mse
         goal: higher
         threshold: 0.1               # the mean predictor is not already good
-        rule: interval               # or `estimate` (preconditions only): see below
+        rule: interval               # or `estimate` (preconditions only), `every_seed`: below
     tuning: {split: val, metric: val_mse, goal: lower, grid: {lr: [0.003, 0.01, 0.03]}}
     settings: {max_epochs: 20}       # budgets: recorded with the run
     quick: {seeds: [0], settings: {max_epochs: 2}}   # overrides for --quick
@@ -52,7 +52,12 @@ on the good side: for ``goal: higher`` the advantage ``subject - ratio * referen
 (or ``subject - threshold - margin``) must have a lower bound above 0; ``goal: lower`` flips the
 sign. A precondition pre-registered as a point rule ("the oracle's mean error below 0.3") says
 ``rule: estimate``: it passes when the advantage's estimate is above 0, its interval is still
-reported. Checks always use the interval. The verdict (``judge``) is
+reported. A bound that must hold on each seed ("every seed's largest slope below 0.05") says
+``rule: every_seed`` (checks and preconditions): it passes when each seed's advantage (the
+seed's mean over its items, against each reference) is above 0, its interval is still
+reported; with three seeds this is a per-seed bound, not an interval over seed means, whose
+width a 3-seed t quantile (4.3) sets. Checks otherwise use the interval. The verdict
+(``judge``) is
 
 - ``not shown`` when a pre-registered precondition fails (the miniature does not pose the
   problem the claim is about), or a negative control passes every check it is judged on, or a
@@ -75,6 +80,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
 
 from papers_eval.record import git_revision
@@ -124,7 +130,7 @@ class Check:
     paired: bool = True
     where: str = ""
     subject: str | None = None  # preconditions only: the one subject they are judged on
-    rule: Literal["interval", "estimate"] = "interval"  # "estimate": preconditions only
+    rule: Literal["interval", "estimate", "every_seed"] = "interval"  # estimate: preconditions
 
     def describe(self) -> str:
         """The check in words, e.g. ``test_mse lower than 0.5 x mean_predictor``."""
@@ -137,7 +143,7 @@ class Check:
         margin = f" by more than {self.margin:g}" if self.margin else ""
         where = f" ({self.where})" if self.where else ""
         subject = f"{self.subject}'s " if self.subject else ""
-        mean = "mean " if self.rule == "estimate" else ""
+        mean = {"estimate": "mean ", "every_seed": "every seed's "}.get(self.rule, "")
         return f"{subject}{mean}{self.metric} {side} {bar}{margin}{where}"
 
 
@@ -353,7 +359,7 @@ def _parse_spec(
         if not isinstance(item, dict) or not item.get("name") or not item.get("metric"):
             raise fail(f"each {what} needs a name and a metric, got {item!r}")
         name = item["name"]
-        only_preconditions = {"subject", "rule"}
+        only_preconditions = {"subject"}
         allowed = set(Check.__dataclass_fields__) - (set() if precondition else only_preconditions)
         extra = set(item) - allowed
         if extra:
@@ -374,8 +380,14 @@ def _parse_spec(
         if precondition and not item.get("subject"):
             raise fail(f"precondition '{name}' needs the subject it is judged on")
         rule = item.get("rule", "interval")
-        if rule not in ("interval", "estimate"):
-            raise fail(f"precondition '{name}' needs rule: interval or rule: estimate")
+        rules = (
+            ("interval", "estimate", "every_seed") if precondition else ("interval", "every_seed")
+        )
+        if rule not in rules:
+            raise fail(
+                f"{what} '{name}' needs rule: {' or rule: '.join(rules)}"
+                + ("" if precondition else " (rule: estimate is for preconditions only)")
+            )
         return Check(
             name=name,
             metric=item["metric"],
@@ -691,9 +703,30 @@ def check_outcome(
             )
             candidates.append(_shift(interval, -check.margin))
         advantage = min(candidates, key=lambda i: (_nan_low(i.low), i.estimate))
-    decisive = advantage.estimate if check.rule == "estimate" else advantage.low
+    if check.rule == "every_seed":
+        decisive = min(_per_seed_advantages(check, sign, values, results))
+    elif check.rule == "estimate":
+        decisive = advantage.estimate
+    else:
+        decisive = advantage.low
     passed = bool(math.isfinite(decisive) and decisive > 0)
     return CheckOutcome(subject, check.name, advantage, passed)
+
+
+def _per_seed_advantages(
+    check: Check, sign: float, values: PerSeed, results: Results
+) -> list[float]:
+    """``rule: every_seed``: each seed's advantage over the bar (seed means over items), the
+    smallest over the references."""
+    subject = np.asarray(per_seed_means(values))
+    if check.threshold is not None:
+        return list(sign * (subject - check.threshold) - check.margin)
+    per_reference = [
+        sign * (subject - check.ratio * np.asarray(per_seed_means(results[ref][check.metric])))
+        - check.margin
+        for ref in check.against
+    ]
+    return list(np.min(per_reference, axis=0))
 
 
 def _shift(interval: Interval, by: float) -> Interval:
