@@ -1,6 +1,6 @@
 """Markdown tables of the pilot files (issue 57), pasted into the README's "Pilots".
 
-    uv run python results/pilots/summarise.py
+uv run python results/pilots/summarise.py
 """
 
 import json
@@ -18,15 +18,20 @@ def later_mean(diagnostics: list[dict], key: str) -> str:
 def table(name: str) -> None:
     rows = [json.loads(line) for line in (HERE / name).read_text().splitlines() if line]
     print(f"\n{name}\n")
-    print("| tag | seed | val AA | test AA | forgetting | clean | "
-          + " | ".join(f"share {t} (tasks 2-4)" for t in TERMS) + " | DRM weight (tasks 2-4) |")
+    print(
+        "| tag | seed | val AA | test AA | forgetting | clean | "
+        + " | ".join(f"share {t} (tasks 2-4)" for t in TERMS)
+        + " | DRM weight (tasks 2-4) |"
+    )
     print("|---" * (7 + len(TERMS)) + "|")
     for r in rows:
         d = r["diagnostics"]
-        print(f"| {r['tag']} | {r['seed']} | {r['val_aa']:.3f} | {r['aa']:.3f} | "
-              f"{r['forgetting']:.3f} | {r['clean_acc']:.3f} | "
-              + " | ".join(later_mean(d, f"share_{t}") for t in TERMS)
-              + f" | {later_mean(d, 'drm_weight')} |")
+        print(
+            f"| {r['tag']} | {r['seed']} | {r['val_aa']:.3f} | {r['aa']:.3f} | "
+            f"{r['forgetting']:.3f} | {r['clean_acc']:.3f} | "
+            + " | ".join(later_mean(d, f"share_{t}") for t in TERMS)
+            + f" | {later_mean(d, 'drm_weight')} |"
+        )
 
 
 for name in ("dynamic_weight.jsonl", "alternatives.jsonl"):
