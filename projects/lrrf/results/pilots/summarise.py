@@ -34,6 +34,6 @@ def table(name: str) -> None:
         )
 
 
-for name in ("dynamic_weight.jsonl", "alternatives.jsonl"):
+for name in ("dynamic_weight.jsonl", "alternatives.jsonl", "dynamic_weight_mmd_only.jsonl"):
     if (HERE / name).exists():
         table(name)
