@@ -18,7 +18,9 @@ was not available), labelled [R1]..[R6] and switchable from the configs:
 [R1] DRM (Dynamic Representation Matching), within a task, clean z = g(x) vs adversarial
      z~ = g(x~) feature *distributions*, on L2-normalised features n(z):
         L_DRM = MMD^2_k({n(z)}, {n(z~)}) + 1/C sum_c ||mu_c(n(z)) - mu_c(n(z~))||^2
-     with a sum of Gaussian kernels at bandwidths (median heuristic) x {0.5, 1, 2}.
+     with a sum of Gaussian kernels at bandwidths (median heuristic) x {0.5, 1, 2}; the
+     class-mean term is a switch (``drm_loss(class_means=...)``), off in the configs since
+     issue 57 (a pilot: with it the term lowered robust accuracy once it acted).
 [R2] DRM's "dynamic" weight: lam1_t = lam1 * max(acc_clean - acc_adv, 0) on the batch
      (the larger the clean/robust gap, the harder the alignment); ``constant`` turns it off.
 [R3] CTIR (Cross-Task Invariant Representation) against an accumulated network g_bar:
