@@ -27,7 +27,7 @@ def test_two_workers_give_the_results_of_one_and_a_rerun_comes_from_the_cache(
     monkeypatch.setattr(claim, "JOBS_DIR", tmp_path / "jobs")
     spec = yaml.safe_load(CLAIM_FILE.read_text())
     settings = {**spec["settings"], **spec["quick"]["settings"]}
-    runs = [("lrrf", (("lam_scale", 1.0),), 0), ("seq_at", (("lr", 0.05),), 0)]
+    runs = [("lrrf", (("lam_ctir", 1.0), ("lam_drm", 1.0)), 0), ("seq_at", (("lr", 0.05),), 0)]
     options = {"fresh": False, "scheduler": None}
     parallel = run_all(runs, settings, {**options, "workers": 2}, stage="test")
     sequential = run_all(runs, settings, {**options, "workers": 1, "fresh": True}, stage="test")

@@ -68,11 +68,13 @@ def test_attacks_inside_training_steps_leave_mode_and_batchnorm_untouched(tiny_a
 
 
 def test_a_few_lrrf_steps_lower_the_drm_discrepancy(tiny_args):
-    """Through the module: the discrepancy DRM measures falls as LRRF trains on its weight."""
+    """Through the module: the discrepancy DRM measures falls as LRRF trains on its weight (the
+    default DRM, MMD^2 without the class means since issue 57, moves less per step than with
+    them: weight 20 where 5 was enough before)."""
     args = [
         *tiny_args,
         "--model.epochs_per_task=3",
-        "--model.lam_drm=5.0",
+        "--model.lam_drm=20.0",
         "--model.drm_dynamic=false",
         "--trainer.max_steps=5",
         "--model.evaluate_tasks=false",
@@ -159,6 +161,24 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
     assert (tmp_path / "claim.md").is_file() and (tmp_path / "r_matrices.png").is_file()
     assert "precondition" in outcome["evidence"]
     assert record["jobs"]["ran"] == record["jobs"]["jobs"] > 0
+    # issue 57: the masking check with teeth, AutoAttack once, the terms' gradient shares per
+    # task, LRRF - ER and its parts, the budget evidence and a diagnosis citing the record
+    evidence = record["evidence"]
+    assert set(evidence["masking_check"]) == {"seq_at", "lrrf"}
+    assert {"pgd_linf", "pgd_linf_strong", "square", "fgsm", "pgd_linf_at_fgsm_eps"} == set(
+        evidence["masking_check"]["lrrf"]
+    )
+    assert evidence["autoattack"]["images"] == 4
+    assert 0 <= evidence["autoattack"]["autoattack"] <= evidence["autoattack"]["pgd_linf"] + 0.25
+    shares = evidence["gradient_share_per_task"]
+    assert shares["ctir"][0] is None and 0 < shares["ctir"][1] < 1  # no CTIR in the first task
+    assert shares["kco_supcon"][1] > 0
+    contrasts = evidence["contrasts"]
+    assert contrasts["lrrf_minus_er"]["aa"]["estimate"] == pytest.approx(
+        contrasts["lrrf_minus_no_supcon"]["aa"]["estimate"]
+        + contrasts["no_supcon_minus_er"]["aa"]["estimate"]
+    )
+    assert record["budget"]["method"] == "lrrf" and record["diagnosis"]
 
 
 def test_the_second_order_run_trains_l1_first_and_its_aa_is_the_last_row_of_r(

@@ -327,3 +327,40 @@ def test_l1_projection_returns_rows_on_the_sphere_bit_for_bit():
     torch.manual_seed(0)
     v = torch.randn(200, 64)
     assert torch.equal(core.project_l1_ball(v, v.abs().sum(1)), v)
+
+
+def test_ctir_matches_a_loop_reference_with_its_gram_term_when_batch_and_width_differ():
+    """Random features, B = 5 items of D = 3 (so a D x D Gram, or |.| for (.)^2, cannot pass),
+    against a plain double loop: mean_i ||n(z_i) - n(zb_i)||^2
+    + gamma / B^2 sum_ij (<n(z_i), n(z_j)> - <n(zb_i), n(zb_j)>)^2."""
+    gen = torch.Generator().manual_seed(5)
+    z = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    z_bar = 2.0 * torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    u = [row / row.norm() for row in z]
+    v = [row / row.norm() for row in z_bar]
+    pointwise = sum(float(((a - b) ** 2).sum()) for a, b in zip(u, v, strict=True)) / 5
+    relational = (
+        sum((float(u[i] @ u[j]) - float(v[i] @ v[j])) ** 2 for i in range(5) for j in range(5)) / 25
+    )
+    assert relational > 0.05  # the Gram term matters here
+    for gamma in (1.0, 0.3):
+        value = core.ctir_loss(z, z_bar, gamma).item()
+        assert value == pytest.approx(pointwise + gamma * relational, rel=1e-12)
+    assert core.ctir_loss(z, z_bar).item() == pytest.approx(pointwise + relational, rel=1e-12)
+
+
+def test_kco_without_supcon_is_the_replay_cross_entropy_and_its_weight_scales_supcon():
+    gen = torch.Generator().manual_seed(2)
+    z, z_adv = torch.randn(6, 4, generator=gen), torch.randn(6, 4, generator=gen)
+    logits, logits_adv = torch.randn(6, 3, generator=gen), torch.randn(6, 3, generator=gen)
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    ce = torch.nn.functional.cross_entropy
+    replay = ce(logits, y) + ce(logits_adv, y)
+    supcon = core.supervised_contrastive(torch.cat([z, z_adv]), torch.cat([y, y]), 0.5)
+    no_supcon = core.kco_loss(z, z_adv, logits, logits_adv, y, contrast_weight=0.0)
+    assert no_supcon.item() == pytest.approx(replay.item(), rel=1e-6)
+    # at lam3 = 0.5 that is ER's replay loss: the mean CE over the two views
+    er = ce(torch.cat([logits, logits_adv]), torch.cat([y, y]))
+    assert 0.5 * no_supcon.item() == pytest.approx(er.item(), rel=1e-6)
+    weighted = core.kco_loss(z, z_adv, logits, logits_adv, y, contrast_weight=0.25)
+    assert weighted.item() == pytest.approx(replay.item() + 0.25 * supcon.item(), rel=1e-6)

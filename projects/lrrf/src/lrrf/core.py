@@ -18,7 +18,9 @@ was not available), labelled [R1]..[R6] and switchable from the configs:
 [R1] DRM (Dynamic Representation Matching), within a task, clean z = g(x) vs adversarial
      z~ = g(x~) feature *distributions*, on L2-normalised features n(z):
         L_DRM = MMD^2_k({n(z)}, {n(z~)}) + 1/C sum_c ||mu_c(n(z)) - mu_c(n(z~))||^2
-     with a sum of Gaussian kernels at bandwidths (median heuristic) x {0.5, 1, 2}.
+     with a sum of Gaussian kernels at bandwidths (median heuristic) x {0.5, 1, 2}; the
+     class-mean term is a switch (``drm_loss(class_means=...)``), off in the configs since
+     issue 57 (a pilot: with it the term lowered robust accuracy once it acted).
 [R2] DRM's "dynamic" weight: lam1_t = lam1 * max(acc_clean - acc_adv, 0) on the batch
      (the larger the clean/robust gap, the harder the alignment); ``constant`` turns it off.
 [R3] CTIR (Cross-Task Invariant Representation) against an accumulated network g_bar:
@@ -28,8 +30,9 @@ was not available), labelled [R1]..[R6] and switchable from the configs:
 [R4] The accumulated network: the running average of the task end points,
         theta_bar_t = ((t-1) theta_bar_{t-1} + theta_t) / t      (``mean``), or an EMA (``ema``).
 [R5] KCO (Knowledge Consolidation Optimisation) on replayed samples (x_m, y_m) and their
-     adversarial views x~_m: supervised contrastive loss over {n(g(x_m)), n(g(x~_m))} with
-     positives = same class across views, plus cross-entropy on both views.
+     adversarial views x~_m: w x supervised contrastive loss over {n(g(x_m)), n(g(x~_m))} with
+     positives = same class across views, plus cross-entropy on both views (w = 0: replay only,
+     which at lam3 = 0.5 is ER's loss; the ``lrrf_no_supcon`` subject).
 [R6] The buffer: class-balanced, clean images with the task they came from; replayed examples are
      re-crafted against the current model with their task's attack (or a random previous one).
 
@@ -162,11 +165,16 @@ def kco_loss(
     logits_adv: torch.Tensor,
     y: torch.Tensor,
     temperature: float = 0.5,
+    contrast_weight: float = 1.0,
 ) -> torch.Tensor:
-    """[R5] SupCon over the clean and adversarial views of the replayed samples (positives: same
-    class, either view) + CE on both views."""
+    """[R5] L_KCO = w SupCon({n(z_m), n(z~_m)}; positives: same class, either view)
+    + CE(f(x_m), y_m) + CE(f(x~_m), y_m). ``contrast_weight`` w = 0 leaves the replay CE only
+    (at lam3 = 0.5 that is ER's replay loss, the mean CE over both views)."""
+    replay = F.cross_entropy(logits, y) + F.cross_entropy(logits_adv, y)
+    if contrast_weight == 0:
+        return replay
     contrast = supervised_contrastive(torch.cat([z, z_adv]), torch.cat([y, y]), temperature)
-    return contrast + F.cross_entropy(logits, y) + F.cross_entropy(logits_adv, y)
+    return contrast_weight * contrast + replay
 
 
 # ------------------------------------------------------------------------------- [R6] buffer

@@ -16,7 +16,13 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jsonargparse.typing import NonNegativeFloat, OpenUnitInterval, PositiveFloat, PositiveInt
+from jsonargparse.typing import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    OpenUnitInterval,
+    PositiveFloat,
+    PositiveInt,
+)
 from lightning.pytorch import LightningModule
 
 from lrrf import core
@@ -31,6 +37,7 @@ from lrrf.baselines import (
 from lrrf.data import SHAPES, Dataset
 from lrrf.networks import build_network
 from papers_cli import ConfigError, init_arguments
+from papers_eval.mechanism import gradient_shares
 from papers_gpu import derived_seed, run_seed, seed_all_generators
 
 TrainAttack = Literal["linf", "l2", "l1", "fgsm"]
@@ -42,7 +49,13 @@ OLD_MODEL = ("lwf", "air")
 
 class LrrfModule(LightningModule):
     """LRRF and the baselines on one task sequence. ``method`` picks the training rule; for LRRF
-    ``lam_drm``, ``lam_ctir``, ``lam_kco`` = 0 switch a mechanism off (the ablations)."""
+    ``lam_drm``, ``lam_ctir``, ``lam_kco`` = 0 switch a mechanism off (the ablations) and
+    ``kco_supcon`` = 0 leaves KCO its replay cross-entropy only.
+
+    ``training_step`` sets ``loss_terms`` (the weighted terms whose sum it returns); with
+    ``grad_share_every`` = N > 0 every N-th step measures each term's gradient share and cosine
+    with the total gradient (papers_eval's ``gradient_shares``), averaged per task into
+    ``diagnostics`` as ``share_<term>`` / ``cosine_<term>``."""
 
     def __init__(
         self,
@@ -72,6 +85,7 @@ class LrrfModule(LightningModule):
         ctir_ema: OpenUnitInterval = 0.5,
         ctir_gram: NonNegativeFloat = 1.0,
         lam_kco: NonNegativeFloat = 1.0,
+        kco_supcon: NonNegativeFloat = 1.0,
         kco_temperature: PositiveFloat = 0.5,
         replay_attack: Literal["task", "random_previous"] = "task",
         buffer_size: PositiveInt = 50,
@@ -83,6 +97,7 @@ class LrrfModule(LightningModule):
         lr: PositiveFloat = 0.05,
         weight_decay: NonNegativeFloat = 5e-4,
         evaluate_tasks: bool = True,
+        grad_share_every: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
@@ -235,6 +250,7 @@ class LrrfModule(LightningModule):
         z, z_adv = z_all.chunk(2)
         logits, logits_adv = logits_all.chunk(2)
         loss = F.cross_entropy(logits_adv, y) + F.cross_entropy(logits, y)  # L_AT
+        terms = {"at": loss}  # the weighted terms whose sum is the loss
         parts: dict[str, torch.Tensor | float] = {"at": loss.detach()}
         clean_correct, adv_correct = logits.argmax(1) == y, logits_adv.argmax(1) == y
 
@@ -244,48 +260,62 @@ class LrrfModule(LightningModule):
         if h.method == "lrrf":
             weight = core.drm_weight(h.lam_drm, clean_correct, adv_correct, h.drm_dynamic)
             parts["drm_weight"] = weight
-            loss = loss + weight * drm
+            terms["drm"] = weight * drm
             if self.accumulated is not None and h.lam_ctir > 0:
                 with torch.no_grad():
                     z_bar = self.accumulated.features(torch.cat([x, x_adv]))
                 ctir = core.ctir_loss(z_all, z_bar, h.ctir_gram)
                 parts["ctir_distance"] = ctir.detach()
-                loss = loss + h.lam_ctir * ctir
+                terms["ctir"] = h.lam_ctir * ctir
             if self.buffer and h.lam_kco > 0:
                 xm, ym, tm = self._replay_batch()
                 xm_adv = self.craft_mixed(xm, ym, self._replay_tasks(tm))
                 zm_all = self.net.features(torch.cat([xm, xm_adv]))
                 zm, zm_adv = zm_all.chunk(2)
                 lm, lm_adv = self.net.head(zm_all).chunk(2)
-                kco = core.kco_loss(zm, zm_adv, lm, lm_adv, ym, h.kco_temperature)
+                kco = core.kco_loss(zm, zm_adv, lm, lm_adv, ym, h.kco_temperature, h.kco_supcon)
+                replay = core.kco_loss(zm, zm_adv, lm, lm_adv, ym, contrast_weight=0.0)
                 parts["kco_gap"] = core.class_mean_gap(zm, zm_adv, ym).detach()
-                loss = loss + h.lam_kco * kco
+                # KCO split in two, so the gradient shares tell replay from representation
+                terms["kco_replay"] = h.lam_kco * replay
+                if h.kco_supcon > 0:
+                    terms["kco_supcon"] = h.lam_kco * (kco - replay)
         elif h.method == "er" and self.buffer:
             xm, ym, tm = self._replay_batch()
             xm_adv = self.craft_mixed(xm, ym, tm)
             lm_all = self.net(torch.cat([xm, xm_adv]))
-            loss = loss + F.cross_entropy(lm_all, torch.cat([ym, ym]))
+            terms["replay"] = F.cross_entropy(lm_all, torch.cat([ym, ym]))
         elif h.method == "derpp" and self.buffer:
             first, second = self._replay_indices(), self._replay_indices()
             b = self.buffer
-            loss = loss + derpp_loss(
+            terms["replay"] = derpp_loss(
                 self.net(b["x_adv"][first]), b["logits"][first],
                 self.net(b["x_adv"][second]), b["y"][second], h.reg_weight, h.derpp_beta,
             )  # fmt: skip
         elif h.method == "lwf" and self.old_model is not None:
             both = torch.cat([x, x_adv])
-            loss = loss + h.reg_weight * lwf_loss(logits_all, self.old_model(both))
+            terms["reg"] = h.reg_weight * lwf_loss(logits_all, self.old_model(both))
         elif h.method == "ewc" and self.fisher:
-            loss = loss + h.reg_weight * ewc_loss(self.net, self.anchors, self.fisher)
+            terms["reg"] = h.reg_weight * ewc_loss(self.net, self.anchors, self.fisher)
         elif h.method == "air" and self.old_model is not None:
-            loss = loss + h.reg_weight * air_loss(self.net, self.old_model, x_adv, logits,
-                                                  logits_adv, h.air_noise)  # fmt: skip
+            terms["reg"] = h.reg_weight * air_loss(self.net, self.old_model, x_adv, logits,
+                                                   logits_adv, h.air_noise)  # fmt: skip
+        self.loss_terms = terms
+        loss = sum(terms.values())
         for name, value in parts.items():
             self._running.setdefault(name, []).append(float(value))
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/task", float(task))
         self.log("train/drm_discrepancy", parts["drm_discrepancy"])
         return loss
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        every = self.hparams.grad_share_every
+        if every and self.global_step % every == 0 and len(self.loss_terms) > 1:
+            shares = gradient_shares(self.loss_terms, self.net.parameters())
+            for name, values in shares.items():
+                self._running.setdefault(f"share_{name}", []).append(values["share"])
+                self._running.setdefault(f"cosine_{name}", []).append(values["cosine"])
 
     def _replay_indices(self) -> torch.Tensor:
         n = len(self.buffer["y"])

@@ -29,6 +29,16 @@ SUBJECTS = ("lrrf", "er", "seq_at")
 METRICS = ("aa", "forgetting", "bwt", "clean_acc")
 
 
+def from_lam_scale(params: dict) -> dict:
+    """A record of the specification before issue 57 tuned LRRF's three weights together
+    (``lam_scale`` x 1.0 each); the same weights, spelled as the model's parameters."""
+    if "lam_scale" not in params:
+        return params
+    scale = params["lam_scale"]
+    rest = {k: v for k, v in params.items() if k != "lam_scale"}
+    return {**rest, "lam_drm": scale, "lam_ctir": scale, "lam_kco": scale}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=PROJECT / "results")
@@ -43,6 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
         settings.update(claim["quick"]["settings"])
         seeds = claim["quick"]["seeds"]
     tuned = json.loads((PROJECT / "results" / "claim.json").read_text())["tuning"]["best"]
+    tuned = {s: from_lam_scale(p) for s, p in tuned.items()}
     tasks = yaml.safe_load(ORDER_FILE.read_text())["model"]["tasks"]
     order = f"[{','.join(tasks)}]"
     jobs = [
