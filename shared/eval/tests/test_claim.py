@@ -445,6 +445,56 @@ def test_tune_gives_every_subject_the_same_grid_and_keeps_the_best(tmp_path):
     assert len(calls) == 3 * len(SUBJECTS) and {c[2] for c in calls} == {0}
     assert all(best == {"lr": 2} for best in result.best.values())
     assert result.as_dict()["trials"]["oracle"][0]["params"] == {"lr": 1}
+    assert "ties" not in result.as_dict()  # no tie rule declared: records as before
+
+
+def test_a_near_tie_keeps_the_registered_default_and_the_record_says_so(tmp_path):
+    """Scores within the tolerance of the best keep the preferred configuration; a preferred
+    configuration further away, or a failed one (NaN), loses to the best."""
+    tuning = {"split": "val", "metric": "error", "goal": "lower", "grid": {"lr": [1, 2, 3]},
+              "tie": {"tolerance": 0.01, "prefer": {"method": {"lr": 2}, "baseline": {"lr": 2},
+                                                    "broken": {"lr": 1}}}}  # fmt: skip
+    spec = load(tmp_path, tuning=tuning)
+    scores = {
+        "method": {1: 0.5, 2: 0.305, 3: 0.300},  # 2 is within 0.01 of the best (3): kept
+        "baseline": {1: 0.5, 2: 0.32, 3: 0.30},  # 2 is 0.02 away: the best wins
+        "broken": {1: float("nan"), 2: 0.4, 3: 0.3},  # the preferred one failed
+        "oracle": {1: 0.1, 2: 0.1 + 1e-9, 3: 0.2},  # no preference: the best
+    }
+    result = tune(spec, lambda subject, params, seed: scores[subject][params["lr"]])
+    assert result.best == {"method": {"lr": 2}, "baseline": {"lr": 3}, "broken": {"lr": 3},
+                           "oracle": {"lr": 1}}  # fmt: skip
+    ties = result.as_dict()["ties"]
+    assert set(ties) == {"method", "baseline", "broken"}
+    assert ties["method"] == {"best": {"lr": 3}, "best_score": 0.3, "preferred": {"lr": 2},
+                              "preferred_score": 0.305, "chosen": "preferred"}  # fmt: skip
+    assert ties["baseline"]["chosen"] == ties["broken"]["chosen"] == "best"
+    goal_higher = load(tmp_path, tuning={**tuning, "goal": "higher"})
+    flipped = tune(goal_higher, lambda subject, params, seed: -scores[subject][params["lr"]])
+    assert flipped.best == result.best
+    results = results_with({"method": 0.3, "baseline": 1.0, "broken": 1.2, "oracle": 0.1})
+    write_claim(tmp_path / "out", project="demo", spec=spec, results=results,
+                judgement=judge(spec, results), config={}, wall_time_s=1.0, tuning=result)  # fmt: skip
+    md = (tmp_path / "out" / "claim.md").read_text()
+    assert "- tie rule, `method`: best {'lr': 3} (0.3), preferred {'lr': 2} (0.305): kept" in md
+    assert "- tie rule, `broken`: best {'lr': 3} (0.3), preferred {'lr': 1} (failed): chose" in md
+    stored = load_claim(tmp_path / "out" / "claim.json")["tuning"]["ties"]
+    assert stored["method"] == ties["method"] and stored["broken"]["preferred_score"] is None
+
+
+@pytest.mark.parametrize(
+    ("tie", "message"),
+    [
+        ({"tolerance": 0.01}, "exactly 'tolerance' and 'prefer'"),
+        ({"tolerance": -1, "prefer": {}}, "tolerance must be a number >= 0"),
+        ({"tolerance": 0.1, "prefer": {"nobody": {"lr": 1}}}, "names 'nobody'"),
+        ({"tolerance": 0.1, "prefer": {"method": {"lr": 5}}}, "not a configuration of 'method'"),
+    ],
+)
+def test_a_bad_tie_rule_is_a_clear_error(tmp_path, tie, message):
+    tuning = {"split": "val", "metric": "error", "goal": "lower", "grid": {"lr": [1, 2]}}
+    with pytest.raises(ClaimSpecError, match=message):
+        load(tmp_path, tuning={**tuning, "tie": tie})
 
 
 # the record

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -506,6 +507,16 @@ def render_markdown(record: Mapping[str, Any]) -> str:
             chosen = tuning["best"][subject] or "untuned (no knob)"
             count = f"{len(trials)} configuration" + ("" if len(trials) == 1 else "s")
             lines.append(f"- `{subject}`: {count}; chose {chosen}")
+        for subject, tie in (tuning.get("ties") or {}).items():
+            kept = "kept the preferred" if tie["chosen"] == "preferred" else "chose the best"
+            best, preferred = (
+                "failed" if v is None or not math.isfinite(v) else f"{v:.4g}"
+                for v in (tie["best_score"], tie["preferred_score"])
+            )  # a failed configuration's NaN is stored as null
+            lines.append(
+                f"- tie rule, `{subject}`: best {tie['best']} ({best}), "
+                f"preferred {tie['preferred']} ({preferred}): {kept}"
+            )
     if record["evidence"]:
         lines += ["", "## Evidence that the learned parts act", ""]
         lines += [f"- {key}: {format_value(value)}" for key, value in record["evidence"].items()]

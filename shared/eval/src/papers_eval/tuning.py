@@ -9,10 +9,16 @@
       grid: {lr: [0.003, 0.01, 0.03]}  # every subject gets these values
       per_subject:                     # knobs only some subjects have
         sinkhorn: {tau: [0.1, 0.3, 1.0]}
+      tie:                             # optional: near-ties go to the registered default
+        tolerance: 0.01                #   scores within this of the best count as a tie
+        prefer: {sinkhorn: {tau: 0.3}} #   a full configuration from the subject's grid
 
 ``tune`` scores every configuration of every subject with the project's function and keeps the
 best; the trials go into the record. Subjects that have knobs all get the same number of
-configurations (equal budget); a subject with no knob at all is recorded as untuned.
+configurations (equal budget); a subject with no knob at all is recorded as untuned. With
+``tie``, a subject whose preferred configuration scores within ``tolerance`` of its best keeps
+the preferred one (validation noise should not move a subject off its registered default), and
+the record says so under ``ties`` (best and preferred, with their scores, and the choice).
 """
 
 from __future__ import annotations
@@ -53,7 +59,28 @@ def tuning_grids(tuning: Mapping[str, Any], subjects: Iterable[str]) -> dict[str
             f"unequal tuning budgets {budgets}: give every tuned subject the same number of "
             "configurations"
         )
+    _check_tie(tuning.get("tie"), grids)
     return grids
+
+
+def _check_tie(tie: Any, grids: Mapping[str, list[dict]]) -> None:
+    """``tuning.tie`` names a tolerance >= 0 and, per tuned subject, one configuration of its
+    grid."""
+    if tie is None:
+        return
+    if not isinstance(tie, Mapping) or set(tie) != {"tolerance", "prefer"}:
+        raise ValueError("tuning.tie needs exactly 'tolerance' and 'prefer'")
+    tolerance = tie["tolerance"]
+    if not isinstance(tolerance, int | float) or not tolerance >= 0:
+        raise ValueError(f"tuning.tie.tolerance must be a number >= 0, got {tolerance!r}")
+    for subject, params in (tie["prefer"] or {}).items():
+        if subject not in grids or grids[subject] == [{}]:
+            raise ValueError(f"tuning.tie.prefer names '{subject}', which has no tuning grid")
+        if dict(params) not in grids[subject]:
+            raise ValueError(
+                f"tuning.tie.prefer: {dict(params)} is not a configuration of '{subject}''s "
+                f"grid {grids[subject]}"
+            )
 
 
 def _product(grid: Mapping[str, Iterable[Any]]) -> list[dict]:
@@ -77,10 +104,11 @@ class TuningResult:
     goal: str
     seed: int
     trials: Mapping[str, list[dict[str, Any]]]  # subject -> [{"params", "score"}]
-    best: Mapping[str, dict[str, Any]]  # subject -> params
+    best: Mapping[str, dict[str, Any]]  # subject -> params (the choice, after any tie rule)
+    ties: Mapping[str, dict[str, Any]] | None = None  # with ``tuning.tie``: subject -> decision
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "split": self.split,
             "metric": self.metric,
             "goal": self.goal,
@@ -88,6 +116,9 @@ class TuningResult:
             "trials": {s: list(t) for s, t in self.trials.items()},
             "best": dict(self.best),
         }
+        if self.ties is not None:
+            out["ties"] = dict(self.ties)
+        return out
 
 
 def tune(
@@ -104,15 +135,29 @@ def tune(
     seed = spec.seeds[0] if seed is None else seed
     grids = tuning_grids(spec.tuning, spec.subjects)
     better = max if spec.tuning.get("goal", "lower") == "higher" else min
-    trials, best = {}, {}
+    tie = spec.tuning.get("tie")
+    prefer = dict((tie or {}).get("prefer") or {})
+    trials, best, ties = {}, {}, {}
     for subject, grid in grids.items():
         if grid == [{}]:
             trials[subject], best[subject] = [], {}
             continue
         trials[subject] = [{"params": p, "score": float(score(subject, p, seed))} for p in grid]
-        best[subject] = better(trials[subject], key=lambda t: _comparable(t["score"], better))[
-            "params"
-        ]
+        top = better(trials[subject], key=lambda t: _comparable(t["score"], better))
+        best[subject] = top["params"]
+        if subject in prefer:
+            preferred = next(t for t in trials[subject] if t["params"] == dict(prefer[subject]))
+            gap = abs(top["score"] - preferred["score"])
+            kept = math.isfinite(gap) and gap <= float(tie["tolerance"])
+            if kept:
+                best[subject] = preferred["params"]
+            ties[subject] = {
+                "best": top["params"],
+                "best_score": top["score"],
+                "preferred": preferred["params"],
+                "preferred_score": preferred["score"],
+                "chosen": "preferred" if kept else "best",
+            }
     return TuningResult(
         split=str(spec.tuning.get("split", "")),
         metric=str(spec.tuning.get("metric", "")),
@@ -120,4 +165,5 @@ def tune(
         seed=seed,
         trials=trials,
         best=best,
+        ties=ties if tie is not None else None,
     )
