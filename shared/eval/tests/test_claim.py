@@ -473,8 +473,9 @@ def test_a_near_tie_keeps_the_registered_default_and_the_record_says_so(tmp_path
     flipped = tune(goal_higher, lambda subject, params, seed: -scores[subject][params["lr"]])
     assert flipped.best == result.best
     results = results_with({"method": 0.3, "baseline": 1.0, "broken": 1.2, "oracle": 0.1})
+    judgement = judge(spec, results)
     write_claim(tmp_path / "out", project="demo", spec=spec, results=results,
-                judgement=judge(spec, results), config={}, wall_time_s=1.0, tuning=result)  # fmt: skip
+                judgement=judgement, config={}, wall_time_s=1.0, tuning=result)  # fmt: skip
     md = (tmp_path / "out" / "claim.md").read_text()
     assert "- tie rule, `method`: best {'lr': 3} (0.3), preferred {'lr': 2} (0.305): kept" in md
     assert "- tie rule, `broken`: best {'lr': 3} (0.3), preferred {'lr': 1} (failed): chose" in md
