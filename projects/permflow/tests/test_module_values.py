@@ -1,0 +1,160 @@
+"""The default training path by value (issue 50): what ``configs/default.yaml`` trains and
+samples, against hand computations that use core.py for nothing.
+
+The default is PermFlow with the nearest-target coupling, t = u^2, the row-softmax endpoint
+trained by cross-entropy, and an Euler sampler with the projector and a Hungarian decode. Each
+test redraws the module's random numbers from the same seed and recomputes Eq. (4)-(9) with
+plain tensor algebra and scipy's assignment solver."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from permflow.cli import train
+
+
+@pytest.fixture(scope="module")
+def default_model_and_batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("default")
+    args = [
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=1",
+        "--trainer.max_steps=0",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        f"--trainer.default_root_dir={root}",
+        "--data.num_train=16",
+        "--data.num_val=8",
+        "--data.num_test=8",
+        "--data.batch_size=8",
+        "--model.width=16",
+        "--model.image_dim=16",
+        "--model.channels=[4, 8]",
+        "--model.steps=3",
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PAPERS_CACHE_DIR", str(root / "cache"))
+        cli = train(args)
+        batch = next(iter(cli.datamodule.train_dataloader()))
+    model = cli.model.eval()
+    hp = model.hparams
+    assert (hp.method, hp.coupling, hp.prediction, hp.time_sampling, hp.sampler, hp.project) == (
+        "permflow",
+        "nearest",
+        "endpoint_softmax",
+        "early",
+        "euler",
+        True,
+    )  # what default.yaml trains; the hand computations below are of this configuration
+    return model, batch
+
+
+def centring(n: int) -> torch.Tensor:
+    return torch.eye(n) - torch.full((n, n), 1.0 / n)
+
+
+def one_hot_targets(batch) -> torch.Tensor:
+    n = batch["optima"].shape[-1]
+    return torch.eye(n)[batch["optima"].long()]  # [B, K, n, n]: row i has a 1 at perm[i]
+
+
+def nearest_valid(x0: torch.Tensor, targets: torch.Tensor, num_valid: torch.Tensor):
+    """Eq. (5) by a loop: the valid target with the largest <x0, P>."""
+    chosen = []
+    for b in range(len(x0)):
+        scores = [float((x0[b] * targets[b, k]).sum()) for k in range(int(num_valid[b]))]
+        chosen.append(int(np.argmax(scores)))
+    return targets[torch.arange(len(x0)), torch.tensor(chosen)], chosen
+
+
+def with_two_valid_orders(batch):
+    """The batch with two valid targets per sequence (its first optimum and that order with
+    its first two ranks swapped), so that the coupling's choice matters."""
+    first = batch["optima"][:, 0]
+    swapped = first.clone()
+    swapped[:, [0, 1]] = first[:, [1, 0]]
+    return {
+        **batch,
+        "optima": torch.stack([first, swapped], dim=1),
+        "num_valid": torch.full_like(batch["num_valid"], 2),
+    }
+
+
+def test_training_loss_is_eq_4_to_7_by_hand(default_model_and_batch):
+    model, batch = default_model_and_batch
+    batch = with_two_valid_orders(batch)
+    n, sigma = model.hparams.n, model.hparams.sigma
+    b = len(batch["num_valid"])
+    torch.manual_seed(11)
+    loss = model.training_loss(batch)
+
+    torch.manual_seed(11)  # the module draws G for x0 first, then u for t
+    h = centring(n)
+    x0 = 1.0 / n + h @ (sigma * torch.randn(b, n, n)) @ h  # Eq. (4)
+    t = torch.rand(b) ** 2  # t = u^2
+    x1, chosen = nearest_valid(x0, one_hot_targets(batch), batch["num_valid"])
+    assert 0 < sum(chosen) < b  # both targets occur: a coupling that ignores x0 would differ
+    x_t = (1 - t.view(-1, 1, 1)) * x0 + t.view(-1, 1, 1) * x1  # Eq. (6)
+    with torch.no_grad():
+        logits = model.net(model.net.encode_items(batch["condition"]), x_t, t)
+    expected = -(x1 * torch.log_softmax(logits, dim=-1)).sum() / (b * n)  # Eq. (7), softmax form
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_base_has_the_law_of_eq_4():
+    """x0 = J/n + sigma H G H: mean J/n, entry variance sigma^2 ((n-1)/n)^2, and the covariance
+    of two entries of one row -sigma^2 (n-1)/n^2 (H is a symmetric idempotent, H_00 = 1 - 1/n,
+    H_01 = -1/n)."""
+    from permflow import core
+
+    n, sigma = 5, 0.45
+    x0 = core.sample_base(200_000, n, sigma, torch.Generator().manual_seed(0)).double()
+    centred = x0 - 1.0 / n
+    assert centred.mean().abs() < 2e-3
+    variance = centred[:, 0, 0].var().item()
+    assert variance == pytest.approx(sigma**2 * ((n - 1) / n) ** 2, rel=0.02)
+    covariance = (centred[:, 0, 0] * centred[:, 0, 1]).mean().item()
+    assert covariance == pytest.approx(-(sigma**2) * (n - 1) / n**2, rel=0.03)
+
+
+def test_sample_permutations_is_euler_on_the_softmax_endpoint_then_hungarian(
+    default_model_and_batch,
+):
+    model, batch = default_model_and_batch
+    n, sigma, steps, m = model.hparams.n, model.hparams.sigma, model.hparams.steps, 3
+    b = len(batch["num_valid"])
+    perms, stats = model.sample_permutations(batch, m, torch.Generator().manual_seed(4))
+
+    h = centring(n)
+    x = (
+        1.0 / n
+        + h @ (sigma * torch.randn(b * m, n, n, generator=torch.Generator().manual_seed(4))) @ h
+    )
+    x_start = x.clone()
+    with torch.no_grad():
+        feats = model.net.encode_items(batch["condition"]).repeat_interleave(m, dim=0)
+        for k in range(steps):  # Eq. (8), Euler, the field projected onto T_n
+            t = torch.full((b * m,), k / steps)
+            endpoint = model.net(feats, x, t).softmax(dim=-1)
+            velocity = (endpoint - x) / (1 - t).view(-1, 1, 1)
+            x = x + (h @ velocity @ h) / steps
+    expected = np.stack(
+        [linear_sum_assignment(matrix.numpy(), maximize=True)[1] for matrix in x]
+    )  # Eq. (9)
+    np.testing.assert_array_equal(perms, expected.reshape(b, m, n))
+    sums = torch.cat([x.sum(-1), x.sum(-2)], dim=-1)
+    violation = (sums - 1).abs().amax(-1).view(b, m).amax(1)
+    np.testing.assert_allclose(stats["violation"], violation.numpy(), atol=1e-6)
+    targets = one_hot_targets(batch).repeat_interleave(m, dim=0)
+    _, nearest = nearest_valid(x_start, targets, batch["num_valid"].repeat_interleave(m))
+    np.testing.assert_array_equal(stats["nearest"], np.array(nearest).reshape(b, m))
+
+
+def test_one_hot_targets_are_the_rows_permutation_matrices():
+    """The hand computations' target matrices: row i of P has its 1 in column perm[i]."""
+    perms = torch.tensor([list(p) for p in itertools.permutations(range(3))])
+    for perm, matrix in zip(perms, torch.eye(3)[perms], strict=True):
+        assert all(matrix[i, int(perm[i])] == 1 and matrix[i].sum() == 1 for i in range(3))
