@@ -158,3 +158,21 @@ def test_one_hot_targets_are_the_rows_permutation_matrices():
     perms = torch.tensor([list(p) for p in itertools.permutations(range(3))])
     for perm, matrix in zip(perms, torch.eye(3)[perms], strict=True):
         assert all(matrix[i, int(perm[i])] == 1 and matrix[i].sum() == 1 for i in range(3))
+
+
+def test_coupling_shares_count_invalid_samples_as_zero_or_leave_them_out():
+    """One ambiguous input, 4 samples: order A (assigned A), order B (assigned A), an invalid
+    sample, order B (assigned B). Among all samples 2/4 follow the coupling; among the 3 valid
+    ones 2/3. A field that ignores x0 but is valid half the time scores 0.25 and 0.5."""
+    from permflow.evaluate import permutation_metrics
+
+    order_a, order_b, invalid = [0, 1, 2], [1, 0, 2], [2, 2, 2]
+    metrics = permutation_metrics(
+        samples=np.array([[order_a, order_b, invalid, order_b]]),
+        optima=np.array([[order_a, order_b]]),
+        num_valid=np.array([2]),
+        nearest=np.array([[0, 0, 1, 1]]),
+    )
+    assert metrics["coupling"].tolist() == [0.5]
+    assert metrics["coupling_valid"].tolist() == pytest.approx([2 / 3])
+    assert metrics["valid_rate"].tolist() == [0.75]

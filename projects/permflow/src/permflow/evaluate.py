@@ -8,7 +8,10 @@ reproduce). Each metric is returned per input, so that intervals can resample in
   samples (0 = balanced, 0.5 = one mode only);
 * coupling (flows): per ambiguous input, the share of samples decoded to the valid order nearest
   to their own x0, i.e. the order the nearest-target coupling assigned to that x0 in training
-  (1 = the learned field routes like the coupling, 0.5 = it ignores x0);
+  (1 = the learned field routes like the coupling); an invalid sample counts as 0 here, so a
+  field that ignores x0 scores half its valid rate, not 0.5;
+* coupling_valid (flows): the same share among the input's valid samples only (inputs with a
+  valid sample; 1 = routes like the coupling, 0.5 = ignores x0 among the orders it gets right);
 * violation, violation_200, negative_mass: per input, the largest row/column-sum deviation of
   the continuous output (Sinkhorn also run to 200 iterations) and its negative mass;
 * both_modes_curve: both-modes recovery using only the first k samples, k = 1..m.
@@ -26,6 +29,7 @@ LOGGED_METRICS = (
     "both_modes",
     "mode_balance",
     "coupling",
+    "coupling_valid",
     "violation",
     "violation_200",
     "negative_mass",
@@ -61,6 +65,7 @@ def permutation_metrics(
         if nearest is not None:
             assigned = np.take_along_axis(amb, nearest[ambiguous][..., None], axis=2)[..., 0]
             metrics["coupling"] = assigned.mean(1)
+            metrics["coupling_valid"] = assigned.sum(1)[has_valid] / n_valid[has_valid]
     return metrics
 
 
