@@ -133,3 +133,54 @@ def test_the_diagnosis_names_the_cause_a_failed_gain_check_has():
     assert any("fixed_prior passes every check" in s for s in summaries)
     held = record_stub(spec) | {"verdict": "held"}
     assert claim.diagnose(held, spec=spec, judgements=[failing]) == []
+
+
+class _Item:
+    def __init__(self, difficulty: int) -> None:
+        self.difficulty = difficulty
+
+
+class _Module:
+    """Solves every prompt by the forced-slow decode once ``learned`` epochs have passed."""
+
+    def __init__(self, learned: int) -> None:
+        self.learned, self.epoch, self.seen = learned, 0, []
+
+    def eval(self):
+        return self
+
+    def train(self, mode: bool = True):
+        return self
+
+    def evaluate_prompts(self, items):
+        self.seen.append([i.difficulty for i in items])
+        return {"slow_correct": np.full(len(items), float(self.epoch >= self.learned))}
+
+
+class _Trainer:
+    def __init__(self) -> None:
+        self.current_epoch, self.should_stop = 0, False
+        self.datamodule = type("D", (), {"splits": {"val": [_Item(k) for k in range(1, 9)]}})()
+
+
+@pytest.mark.parametrize(("learned", "stops_at"), [(10, 60), (75, 80), (500, None)])
+def test_the_warm_start_rule_trains_the_minimum_then_stops_once_the_slow_trace_is_learned(
+    learned, stops_at
+):
+    rule = claim.SlowTraceConverged(
+        min_epochs=60, every=10, max_epochs=150, slow_accuracy=0.85, digits_from=5
+    )
+    trainer, module = _Trainer(), _Module(learned)
+    stopped = None
+    for epoch in range(150):
+        module.epoch, trainer.current_epoch = epoch + 1, epoch
+        rule.on_train_batch_end(trainer, module, {"loss": 2.0 - epoch / 100}, None, 0)
+        rule.on_train_epoch_end(trainer, module)
+        if trainer.should_stop:
+            stopped = epoch + 1
+            break
+    assert stopped == stops_at
+    assert all(seen == [5, 6, 7, 8] for seen in module.seen)  # validation prompts of 5+ digits
+    assert [c["epoch"] for c in rule.checks][:2] == [10, 20]
+    assert len(rule.losses) == (stopped or 150)
+    assert rule.losses[0] == pytest.approx(2.0)
