@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +200,10 @@ def test_the_second_order_run_trains_l1_first_and_its_aa_is_the_last_row_of_r(
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):
     bad = tmp_path / "claim.yaml"
-    bad.write_text((PROJECT / "configs" / "claim.yaml").read_text().replace("[0, 1, 2]", "[0]"))
+    text = (PROJECT / "configs" / "claim.yaml").read_text()
+    one_seed = re.sub(r"(?m)^seeds: \[.*\]$", "seeds: [0]", text)
+    assert one_seed != text  # the spec's seed line was found and replaced
+    bad.write_text(one_seed)
     monkeypatch.setattr(claim, "CLAIM_FILE", bad)
     monkeypatch.setattr(claim, "fit", lambda *a, **k: pytest.fail("trained before validating"))
     with pytest.raises(ValueError, match="at least 3 seeds"):

@@ -221,7 +221,9 @@ def test_a_ceiling_is_reported_but_never_judged(tmp_path):
     record = load_claim(write(tmp_path, spec, results(GOOD)))
     (ceiling,) = record["ceilings"]
     assert ceiling["name"] == "true_latent" and not ceiling["outcomes"]["beats_baseline"]["passed"]
-    assert "(ceiling; reported, never judged)" in (tmp_path / "results" / "claim.md").read_text()
+    text = (tmp_path / "results" / "claim.md").read_text()
+    assert "(ceiling; reported, never judged)" in text
+    assert text.count("| true_latent | ceiling |") == 1  # one row in the outcome table
 
 
 # provenance

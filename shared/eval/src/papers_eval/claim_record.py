@@ -457,10 +457,12 @@ def render_markdown(record: Mapping[str, Any]) -> str:
         c["name"]: _role_text(c) for c in [*record["controls"], *record.get("ceilings", [])]
     }
     names = [c["name"] for c in record["checks"]]
-    lines += _outcome_table(record["outcomes"], names, roles)
-    for ceiling in record.get("ceilings", []):
-        cells = _outcome_table({ceiling["name"]: ceiling["outcomes"]}, names, roles)[2:]
-        lines += cells
+    # The judgement's outcomes hold every subject, ceilings included: one row each, ceilings
+    # last (a record written before ceilings joined the outcomes lists them only under
+    # `ceilings`).
+    ceilings = {c["name"]: c["outcomes"] for c in record.get("ceilings", [])}
+    rows = {s: o for s, o in record["outcomes"].items() if s not in ceilings} | ceilings
+    lines += _outcome_table(rows, names, roles)
     replication = record.get("replication") or {}
     if replication.get("run"):
         lines += [
