@@ -520,6 +520,10 @@ def diagnose(record: dict[str, Any]) -> list:
     """Why the verdict is not ``held`` (protocol v3), each finding citing the record's numbers:
 
     - a failed precondition (the miniature does not pose the problem, or masking): ``check``;
+    - a positive control that failed a check, on either seed set: ``check``, citing its lead
+      over the baseline it came closest to and that baseline's forgetting (a baseline that barely
+      forgets leaves nothing for perfect memory to win), and the method's lead over the same
+      baseline;
     - LRRF's representation terms (DRM, CTIR, SupCon) carry under 5% of the gradient on average
       over tasks 2-4 at the tuned weights: ``implementation`` (they cannot show anything);
     - otherwise, LRRF minus ER's AA interval: above the margin nowhere -> ``idea`` when the terms
@@ -534,6 +538,7 @@ def diagnose(record: dict[str, Any]) -> list:
             "check", "the precondition failed: " + evidence["precondition"]["text"],
             ("evidence.precondition.forgetting.estimate", "seq_at's forgetting"),
         ))  # fmt: skip
+    findings += control_findings(record)
     shares = evidence["gradient_share_per_task"]
     later = {t: [v for v in shares[t][1:] if v is not None] for t in ("drm", "ctir", "kco_supcon")}
     mean = {t: float(np.mean(v)) if v else 0.0 for t, v in later.items()}
@@ -572,6 +577,54 @@ def diagnose(record: dict[str, Any]) -> list:
             "the terms act, but more training raises LRRF's lead over its rival: the budget, "
             "not the idea, may decide", *cites, lrrf_er, budget,
         ))  # fmt: skip
+    return findings
+
+
+def control_findings(record: dict[str, Any]) -> list:
+    """A ``check`` finding for each positive control that failed a check, registered or
+    replication seeds: per failed check, the control's interval, the baseline that set it (the
+    lowest mean lead) with its forgetting, and the method's lead over that baseline."""
+    findings = []
+    sets = [("", "registered seeds", record)]
+    if (record.get("replication") or {}).get("run"):
+        sets.append(("replication.", "replication seeds", record["replication"]))
+    for prefix, label, part in sets:
+        for control in part["controls"]:
+            if control["role"] != "positive" or control["behaved"]:
+                continue
+            name = control["name"]
+            for check in record["checks"]:
+                outcome = part["outcomes"][name].get(check["name"])
+                if outcome is None or outcome["passed"] or not check.get("against"):
+                    continue
+                metric = check["metric"]
+                sign = 1.0 if check["goal"] == "higher" else -1.0
+                means = {b: part["metrics"][b][metric]["mean"] for b in check["against"]}
+                mine = part["metrics"][name][metric]["mean"]
+                closest = min(means, key=lambda b: sign * (mine - means[b]))
+                method = part["metrics"][record["method"]][metric]["mean"]
+                behind = sign * (method - means[closest]) < 0
+                cites = [
+                    (f"{prefix}outcomes.{name}.{check['name']}.advantage.ci.0",
+                     "the control's interval, low end"),
+                    (f"{prefix}metrics.{name}.{metric}.mean", f"the control's {metric}"),
+                    (f"{prefix}metrics.{closest}.{metric}.mean", f"{closest}'s {metric}"),
+                    (f"{prefix}metrics.{record['method']}.{metric}.mean",
+                     f"the method's {metric}"),
+                ]  # fmt: skip
+                if metric != "forgetting":
+                    cites.append((f"{prefix}metrics.{closest}.forgetting.mean",
+                                  f"{closest}'s forgetting"))  # fmt: skip
+                findings.append(finding(
+                    "check",
+                    f"{name} (positive control) failed {check['name']} on the {label}: "
+                    f"{closest} comes within the margin of it ({metric} {mine:.3f} against "
+                    f"{means[closest]:.3f}); a control that never forgets cannot clear a baseline "
+                    "that barely forgets, so this miniature leaves too little forgetting to "
+                    f"reward; the method is {'behind' if behind else 'ahead of'} that baseline "
+                    f"({method:.3f})",
+                    *cites,
+                ))  # fmt: skip
     return findings
 
 
