@@ -479,3 +479,20 @@ def test_lrrf_kco_splits_replay_and_supcon_at_its_temperature():
     assert m.loss_terms["kco_supcon"].item() == pytest.approx(0.5 * (kco - replay).item(), rel=1e-5)
     gap = core.class_mean_gap(zm, zm_adv, ym).item()
     assert m._running["kco_gap"] == [pytest.approx(gap, rel=1e-6)]
+
+
+def test_the_buffer_draw_is_fixed_by_the_run_seed_and_the_task(monkeypatch):
+    """Two runs with the same seed store the same images; another run seed or another task
+    count draws others (the draw's generator is seeded by both)."""
+
+    def stored(seed: int, tasks_done: int = 1) -> list[int]:
+        monkeypatch.setenv("PL_GLOBAL_SEED", str(seed))
+        m = module(method="er", buffer_size=20)
+        x, y = train_set(0)
+        m.tasks_done = tasks_done
+        m._update_buffer((x, y), 0)
+        return rows_of(x, m.buffer["x"])
+
+    assert stored(3) == stored(3)
+    assert stored(3) != stored(4)
+    assert stored(3) != stored(3, tasks_done=2)
