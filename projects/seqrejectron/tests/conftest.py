@@ -27,7 +27,7 @@ def tiny_args(tmp_path):
         "--trainer.check_val_every_n_epoch=1",
         f"--trainer.default_root_dir={tmp_path}",
         "--data.horizon=40",
-        "--data.in_features=54",
+        "--data.in_features=42",
         "--data.n_train=20",
         "--data.n_test=20",
         "--data.n_eval=4",

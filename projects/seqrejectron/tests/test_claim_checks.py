@@ -1,6 +1,7 @@
 """The re-specified claim's checks and tuning metric (issue 59), by value: the tuning score
-ranks stopping everything below a useful stop rule, and `flat_in_horizon` as registered fails a
-control whose slope is 0.08 at every seed."""
+ranks stopping everything below a useful stop rule; `flat_in_horizon` as registered fails a
+control whose slope is 0.08 at a seed and passes the review's independent seeds; `beats_novelty`
+and `sound_vs_bc` bound every seed."""
 
 import numpy as np
 import pytest
@@ -42,8 +43,10 @@ def spec():
     return load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
 
 
-def fake_results(slopes: dict[str, list[float]]) -> dict:
-    """Results where every subject passes every check but ``flat_in_horizon``'s slope varies."""
+def fake_results(slopes: dict[str, list[float]], executed=None, test_cost=None) -> dict:
+    """Results where every subject passes every check but ``beats_novelty`` (all execute every
+    episode) unless ``executed`` says otherwise; ``flat_in_horizon``'s slope varies; ``executed``
+    / ``test_cost``: {subject: per-seed shares} override (A)'s episodes."""
     n = 30
     base = {
         "train_stop": [np.zeros(n)] * 3,
@@ -61,6 +64,9 @@ def fake_results(slopes: dict[str, list[float]]) -> dict:
             values["test_cost"] = [np.ones(n)] * 3
             values["b_test_cost"] = [np.ones(n)] * 3
         values["horizon_slope"] = slopes.get(subject, [0.01, 0.02, 0.015])
+        for metric, override in (("test_executed", executed), ("test_cost", test_cost)):
+            if override and subject in override:
+                values[metric] = [np.full(n, share) for share in override[subject]]
         results[subject] = values
     return results
 
@@ -70,3 +76,32 @@ def test_flat_in_horizon_fails_a_slope_of_0_08_and_passes_flat_seeds():
     assert not judged.outcomes["seqrejectron"]["flat_in_horizon"].passed
     judged = judge(spec(), fake_results({"seqrejectron": [0.0, 0.01, 0.005]}))
     assert judged.outcomes["seqrejectron"]["flat_in_horizon"].passed
+    # the review's independent seed set: every slope under the bar, the t interval was not
+    judged = judge(spec(), fake_results({"seqrejectron": [0.0, 0.028, 0.0]}))
+    assert judged.outcomes["seqrejectron"]["flat_in_horizon"].passed
+    judged = judge(spec(), fake_results({"seqrejectron": [0.0, 0.08, 0.0]}))
+    assert not judged.outcomes["seqrejectron"]["flat_in_horizon"].passed
+
+
+@pytest.mark.parametrize(
+    ("method", "novelty", "passes"),
+    [
+        ([0.6, 0.6, 0.6], [0.5, 0.55, 0.57], True),  # ahead by more than 0.02 at every seed
+        ([0.6, 0.6, 0.6], [0.5, 0.59, 0.5], False),  # one seed ahead by only 0.01
+        ([0.9, 0.9, 0.5], [0.5, 0.5, 0.55], False),  # a large mean lead, behind at one seed
+    ],
+)
+def test_beats_novelty_needs_a_lead_of_0_02_at_every_seed(method, novelty, passes):
+    executed = {"seqrejectron": method, "novelty": novelty}
+    judged = judge(spec(), fake_results({}, executed=executed))
+    assert judged.outcomes["seqrejectron"]["beats_novelty"].passed == passes
+
+
+def test_sound_vs_bc_bounds_every_seed_not_the_t_interval():
+    """BC's cost 0.124 / 0.236 / 0.077 (record 916c137) against a method at 0: each seed clears
+    the 0.05 margin, the t interval over the three did not; a seed at 0.04 fails."""
+    judged = judge(spec(), fake_results({}, test_cost={"bc": [0.124, 0.236, 0.077]}))
+    assert judged.outcomes["seqrejectron"]["sound_vs_bc"].passed
+    assert judged.outcomes["seqrejectron"]["sound_vs_bc"].advantage.low < 0
+    judged = judge(spec(), fake_results({}, test_cost={"bc": [0.124, 0.236, 0.04]}))
+    assert not judged.outcomes["seqrejectron"]["sound_vs_bc"].passed

@@ -98,7 +98,7 @@ def test_two_process_ddp_run_matches_single_process(tiny_args, tmp_path):
         ("--model.epsilon=1.5", "epsilon"),
         ("--data.horizon=50", "horizon"),  # no such environment
         ("--data.shift=earthquake", "shift"),  # unknown test dynamics
-        ("--data.in_features=60", "in_features"),  # features of another grid
+        ("--data.in_features=58", "in_features"),  # the one-hot position encoding before issue 59
         ("--model.no_such_option=1", "no_such_option"),
     ],
 )

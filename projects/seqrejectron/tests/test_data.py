@@ -150,5 +150,10 @@ def test_environment_a_rejects_an_empty_or_mismatched_unlabelled_set():
     train = [small.rollout(expert_policy, s) for s in range(3)]
     with pytest.raises(ConfigError, match="empty"):
         check_same_space(train, [])
+    # every grid shares one feature space (coordinates scaled to [0, 1]) ...
+    check_same_space(train, [large.rollout(expert_policy, 0)])
+    # ... a trajectory of another width (another environment's states) is refused
+    other = large.rollout(expert_policy, 0)
+    other.feats = other.feats[:, :-4]
     with pytest.raises(ConfigError, match="another observation space"):
-        check_same_space(train, [large.rollout(expert_policy, 0)])
+        check_same_space(train, [other])

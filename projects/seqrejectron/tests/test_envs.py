@@ -68,3 +68,24 @@ def test_the_expert_descends_the_bfs_distance(layouts):
     # the abstract state reads the distance map: at the goal's neighbour facing it, forward is ok
     goal = tuple(np.argwhere(layout.cells == 3)[0])
     assert abstract_state(layout.dist, (goal[0] - 1, goal[1]), 0) & 4
+
+
+def test_features_are_coordinates_heading_and_view_on_every_grid():
+    """pi-hat's input since issue 59: (x, y) scaled to [0, 1] (no one-hot unit that training
+    never sets), heading one-hot, the 3x3 view's codes one-hot; the same width on every grid."""
+    from seqrejectron.envs import GOAL, N_FEATURES, WALL, features
+
+    cells = np.zeros((9, 7), dtype=np.int64)
+    cells[0, :] = cells[-1, :] = cells[:, 0] = cells[:, -1] = WALL
+    cells[7, 5] = GOAL
+    f = features(cells, (4, 3), 1)  # facing south
+    assert f.shape == (N_FEATURES,) == (42,)
+    np.testing.assert_allclose(f[:2], [4 / 8, 3 / 6])
+    np.testing.assert_array_equal(f[2:6], [0, 1, 0, 0])
+    assert f[6:].reshape(9, 4).sum(axis=1).tolist() == [1] * 9  # one code per view cell
+    corner = features(cells, (7, 5), 0).reshape(-1)[6:].reshape(9, 4)  # at the goal, facing east
+    assert corner[4].argmax() == GOAL and corner[:3, WALL].all()  # here: goal; ahead: the wall
+    np.testing.assert_allclose(features(cells, (0, 0), 0)[:2], [0, 0])  # the grid's corners
+    np.testing.assert_allclose(features(cells, (8, 6), 0)[:2], [1, 1])
+    small = np.zeros((7, 7), dtype=np.int64)
+    assert features(small, (3, 3), 2).shape == f.shape

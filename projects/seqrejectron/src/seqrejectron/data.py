@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from papers_cli import ConfigError
 from papers_gpu import run_seed
-from seqrejectron.envs import N_ACTIONS, Layout, expert_policy
+from seqrejectron.envs import N_ACTIONS, N_FEATURES, Layout, expert_policy
 from seqrejectron.experiment import SIZES, episode_seeds
 from seqrejectron.search import stack
 
@@ -68,7 +68,7 @@ class SeqRejectronDataModule(LightningDataModule):
         n_test: PositiveInt = 200,
         n_eval: PositiveInt = 100,
         steps_per_epoch: PositiveInt = 50,
-        in_features: PositiveInt = 62,
+        in_features: PositiveInt = N_FEATURES,
         n_actions: PositiveInt = N_ACTIONS,
         data_root: Path | None = None,
         train_dataset_id: str | None = None,
@@ -90,7 +90,7 @@ class SeqRejectronDataModule(LightningDataModule):
             where = f"the data ({train_dataset_id} in {env_id})"
         else:
             size, _ = SIZES[horizon]
-            expected = {"in_features": 2 * size + 40, "n_actions": N_ACTIONS}
+            expected = {"in_features": N_FEATURES, "n_actions": N_ACTIONS}
             where = f"horizon {horizon} (grid {size})"
         for name, value in expected.items():
             if self.hparams[name] != value:

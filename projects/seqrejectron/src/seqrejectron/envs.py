@@ -136,21 +136,34 @@ EXPERT_TABLE = np.array(
 )
 
 
+# pi-hat's input size, the same on every grid: (x, y), heading one-hot (4), 3x3 view x 4 codes.
+N_FEATURES = 2 + 4 + 36
+
+
 def features(cells: np.ndarray, pos, direction: int) -> np.ndarray:
-    """pi-hat's input: one-hot x, one-hot y, one-hot direction, and the egocentric 3x3 view
-    (cell codes one-hot). Shape [W + H + 4 + 36]."""
+    """pi-hat's input: the position as two coordinates scaled to [0, 1], one-hot heading, and the
+    egocentric 3x3 view (cell codes one-hot). Shape [N_FEATURES].
+
+    Why coordinates and not one-hot x and y (the encoding before issue 59): a one-hot unit of a
+    row or column no demonstration visits is 0 on every training state, so a validator can give it
+    any weight at no training cost and disagree with pi-hat on every state in that row, whether
+    pi-hat is right there or not; the neural search then stops wherever the state is new, like
+    1-NN novelty. With coordinates a cell the wind pushes the agent into lies between cells
+    training saw, and a validator can only disagree there by bending its function near states it
+    must keep agreeing on (pilot: the method's lead over novelty went from 0 to about 0.07 of
+    the test episodes executed, README "Environment (A) since issue 59")."""
     w, h = cells.shape
-    out = np.zeros(w + h + 4 + 36, dtype=np.float32)
-    out[pos[0]] = 1
-    out[w + pos[1]] = 1
-    out[w + h + direction] = 1
+    out = np.zeros(N_FEATURES, dtype=np.float32)
+    out[0] = pos[0] / (w - 1)
+    out[1] = pos[1] / (h - 1)
+    out[2 + direction] = 1
     forward, right = DIRECTIONS[direction], DIRECTIONS[(direction + 1) % 4]
     k = 0
     for ahead in (1, 0, -1):
         for side in (-1, 0, 1):
             x, y = np.asarray(pos) + ahead * forward + side * right
             code = cells[x, y] if 0 <= x < w and 0 <= y < h else WALL
-            out[w + h + 4 + 4 * k + code] = 1
+            out[6 + 4 * k + code] = 1
             k += 1
     return out
 

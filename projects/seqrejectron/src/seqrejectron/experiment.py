@@ -287,8 +287,8 @@ def calibrated_random_validators(
 
 def world_summary(world: World) -> dict:
     """The precondition: BC's train and test costs, and how few test states training covers."""
-    seen = {(tuple(f.nonzero()[0])) for t in world.train for f in t.feats}
-    test_states = [tuple(f.nonzero()[0]) for t in world.test for f in t.feats]
+    seen = {f.tobytes() for t in world.train for f in t.feats}
+    test_states = [f.tobytes() for t in world.test for f in t.feats]
     return {
         "bc_train_cost": float(np.mean([t.cost for t in world.eval_p])),
         "bc_test_cost": float(np.mean([t.cost for t in world.eval_q])),
