@@ -174,6 +174,15 @@ def test_ensemble_members_are_seeded_bootstrap_behaviour_clones():
         torch.equal(p, q)
         for p, q in zip(rule.members[0].parameters(), unboot.parameters(), strict=True)
     )
+    # the members train with the rule's weight decay (pointmaze's (B) passes 1e-3)
+    decayed = EnsembleRule(pihat, train, 1, 4, 3, 0.1, seed=7, weight_decay=0.5)
+    twin = fit_bc(train, 4, 3, 0.1, seed=701, bootstrap=True, weight_decay=0.5)
+    for p, q in zip(decayed.members[0].parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert not all(
+        torch.equal(p, r)
+        for p, r in zip(decayed.members[0].parameters(), rule.members[0].parameters(), strict=True)
+    )
 
 
 def test_domain_classifier_separates_train_from_test_states():

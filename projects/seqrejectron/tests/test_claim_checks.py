@@ -105,3 +105,24 @@ def test_sound_vs_bc_bounds_every_seed_not_the_t_interval():
     assert judged.outcomes["seqrejectron"]["sound_vs_bc"].advantage.low < 0
     judged = judge(spec(), fake_results({}, test_cost={"bc": [0.124, 0.236, 0.04]}))
     assert not judged.outcomes["seqrejectron"]["sound_vs_bc"].passed
+
+
+def test_diagnosis_finds_worlds_whose_first_candidate_broke_train_agreement():
+    """Record 7f3db3a, seed 1 at horizon 80: the candidate cut 0.385 of the test prefixes but
+    disagreed on 0.04 > eps/2 of the train trajectories (rejected, no 'size'); accepted rounds,
+    a cut under eps, and other subjects' rounds are not reported."""
+    from seqrejectron.claim import rejected_worlds
+
+    rounds = {
+        "seqrejectron_seed1_H80": [{"score": 0.345, "cut": 0.385, "train": 0.04}],
+        "seqrejectron_seed1_H40": [{"score": 0.1, "cut": 0.1, "train": 0.0, "size": 1}],
+        "seqrejectron_seed2_H40": [{"score": 0.0, "cut": 0.04, "train": 0.03}],
+        "seqrejectron_seed2_H80": [{"score": 0.0, "cut": 0.3, "train": 0.02}],
+        "seqrejectron_exact_seed1_H80": [{"score": 0.3, "cut": 0.4, "train": 0.1}],
+        "per_step_rejectron_seed1_H80": [{"score": 0.3, "cut": 0.4, "train": 0.1}],
+    }
+    record = {"evidence": {"rounds": rounds, "replication": {"rounds": {}}}}
+    assert rejected_worlds(record, "", "seqrejectron", 0.05) == ["seed1_H80"]
+    assert rejected_worlds(record, "replication.", "seqrejectron", 0.05) == []
+    record["evidence"]["replication"]["rounds"] = rounds
+    assert rejected_worlds(record, "replication.", "seqrejectron", 0.05) == ["seed1_H80"]

@@ -164,14 +164,28 @@ def load_world(key: str) -> World:
 
 
 def tune_job(job: Job, settings: dict[str, Any]) -> float:
-    """One (A) tuning configuration on its world (the first seed, the tuning horizon): the
-    validation ``tuning_score`` (test cost + train stop - weight x executed test share)."""
-    world = load_world(job.params["world"])
+    """One (A) tuning configuration on its worlds (every seed's world at every horizon, since
+    issue 59's third round; before, the first seed's world at one horizon): the mean over the
+    worlds of the validation ``tuning_score`` (test cost + train stop - weight x executed)."""
     params = dict(job.params["params"])
     method_params = params if job.subject == "seqrejectron" else {}
-    fitted = fit(world, job.subject, float(settings["epsilon"]), params, method_params)
-    outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
-    return tuning_score(outcome, float(settings["tuning_executed_weight"]))
+    return val_tuning_score(
+        [load_world(key) for key in job.params["worlds"]],
+        job.subject,
+        params,
+        method_params,
+        settings,
+    )
+
+
+def val_tuning_score(worlds, subject, params, method_params, settings: dict[str, Any]) -> float:
+    """The mean over ``worlds`` of the validation tuning score of one fitted subject."""
+    scores = []
+    for world in worlds:
+        fitted = fit(world, subject, float(settings["epsilon"]), params, method_params)
+        outcome = episode_metrics(fitted.rule, world.val_p, world.val_q)
+        scores.append(tuning_score(outcome, float(settings["tuning_executed_weight"])))
+    return float(np.mean(scores))
 
 
 def tune_b_job(job: Job, settings: dict[str, Any]) -> tuple[float, dict]:
@@ -225,10 +239,8 @@ def subject_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
     out.update({key: np.concatenate(values) for key, values in pooled.items()})
     out["test_dense_cost"] = np.concatenate(dense)
     out["horizon_slope"] = max(abs(horizon_slope(r)) for r in rates.values())
-    world = load_world(p["tuning_world"])
-    fitted = fit(world, subject, epsilon, params, method_params)
-    val = episode_metrics(fitted.rule, world.val_p, world.val_q)
-    out["val_tuning_score"] = tuning_score(val, float(settings["tuning_executed_weight"]))
+    worlds = [load_world(p["worlds"][str(h)]) for h in settings["horizons"]]
+    out["val_tuning_score"] = val_tuning_score(worlds, subject, params, method_params, settings)
     if subject in NOT_ON_B:  # not run on (B): recorded as NaN (null in claim.json)
         out.update({metric: float("nan") for metric in B_METRICS})
         report["pointmaze"] = {"rounds": {}, "epsilon_sweep": {}}
@@ -347,7 +359,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             rspec, replicated.results, judge(rspec, replicated.results), replicated.tuning
         )
         registered.evidence["replication"] = {
-            k: replicated.evidence[k] for k in ("worlds", "pointmaze", "stochastic")
+            k: replicated.evidence[k] for k in ("worlds", "rounds", "pointmaze", "stochastic")
         }
     judgements = [judgement] + ([replication.judgement] if replication else [])
     failed = [
@@ -396,10 +408,9 @@ def experiment(spec, run) -> Experiment:
     """Build the worlds, tune, and run every subject on every seed of ``spec``."""
     settings = dict(spec.settings)
     horizons = [int(h) for h in settings["horizons"]]
-    tuning_horizon = int(settings["tuning_horizon"])
 
     # ---- the worlds: (B) first, the longest to build
-    a_horizons = sorted({*horizons, tuning_horizon, int(settings["stochastic"]["horizon"])})
+    a_horizons = sorted({*horizons, int(settings["stochastic"]["horizon"])})
     b_jobs = {seed: Job("pointmaze", seed, {}, "world") for seed in spec.seeds}
     a_jobs = {
         (seed, h): Job("gridworld", seed, {"horizon": h}, "world")
@@ -410,12 +421,13 @@ def experiment(spec, run) -> Experiment:
     a_worlds = {key: store_world(built[job]["world"]) for key, job in a_jobs.items()}
     b_worlds = {seed: store_world(built[job]["world"]) for seed, job in b_jobs.items()}
 
-    # ---- tuning: (A) on the first seed's world at the tuning horizon, Lambda on (B)'s worlds
+    # ---- tuning on the validation splits of every seed's worlds: (A) at every horizon (mean
+    # score), Lambda of the two searches on (B)'s
     first = spec.seeds[0]
+    tuning_worlds = [a_worlds[seed, h] for seed in spec.seeds for h in horizons]
 
     def tuning_job(subject: str, params: dict[str, Any]) -> Job:
-        world = a_worlds[first, tuning_horizon]
-        return Job(subject, first, {"params": params, "world": world}, "tune")
+        return Job(subject, first, {"params": params, "worlds": tuning_worlds}, "tune")
 
     grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
     b_tuning = {
@@ -443,7 +455,6 @@ def experiment(spec, run) -> Experiment:
             "params": params,
             "method_params": method_params,
             "worlds": {str(h): a_worlds[seed, h] for h in horizons},
-            "tuning_world": a_worlds[seed, tuning_horizon],
             "b_params": b_params.get(subject, params),
             "b_method_params": b_params["seqrejectron"],
             "b_world": b_worlds[seed],
@@ -490,6 +501,11 @@ def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
       layouts differ in how much the shift costs BC);
     - a failed check whose gap closes at twice the search steps (the budget evidence):
       ``implementation`` (the search had not converged);
+    - an (A) cost check failed, and in some world the search's first candidate cut more than
+      eps of the test prefixes but disagreed with the expert on more than eps/2 of the train
+      trajectories: ``implementation`` (the tuned Lambda let the relaxed loss trade train
+      agreement for disagreement, the acceptance rule rejected the candidate, and that world
+      got no validator: the method never stops there and pays BC's cost);
     - ``beats_novelty`` failed while the oracle stop passes it: ``idea`` when the exact search
       (the same score and loop over a small table class) executes more than novelty: the neural
       class is rich enough to disagree with pi-hat on novel states where pi-hat is right;
@@ -551,6 +567,29 @@ def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
                     ("budget.gap.2", "gap at 2x"),
                 )
             )
+        elif check.metric == "test_cost" and (
+            rejected := rejected_worlds(record, prefix, method, float(spec.settings["epsilon"]))
+        ):
+            where = "evidence." + prefix + "rounds"
+            findings.append(
+                finding(
+                    "implementation",
+                    f"{name}: in {len(rejected)} world(s) ({', '.join(rejected)}) the first "
+                    "candidate validator cut more than eps of the test prefixes but disagreed "
+                    "with the expert on more than eps/2 of the train trajectories, so it was "
+                    "rejected and the loop ended with no validator: the method never stops "
+                    "there and pays BC's cost (the tuned Lambda weighs train agreement too "
+                    "little for that world)",
+                    value,
+                    (f"{prefix}tuning.best.{method}.lam", "the tuned Lambda"),
+                    *[(f"{where}.{method}_{key}.0.train", f"{key}: train") for key in rejected],
+                    *[(f"{where}.{method}_{key}.0.cut", f"{key}: cut") for key in rejected],
+                    *[
+                        (f"evidence.{prefix}worlds.{key}.bc_test_cost", f"{key}: BC's cost")
+                        for key in rejected
+                    ],
+                )
+            )
         elif not part["outcomes"]["oracle_stop"][name]["passed"]:
             findings.append(
                 finding(
@@ -605,6 +644,21 @@ def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
                 )
             )
     return findings
+
+
+def rejected_worlds(record: dict[str, Any], prefix: str, method: str, epsilon: float) -> list:
+    """The (A) worlds ("seed1_H80") of the registered (``prefix`` "") or replication
+    (``prefix`` "replication.") seeds where the method's first round rejected a candidate that
+    cut more than ``epsilon`` of the test prefixes for breaking train agreement (> eps / 2)."""
+    evidence = record.get("evidence", {})
+    rounds = evidence.get("replication", {}) if prefix else evidence
+    found = []
+    for key, history in rounds.get("rounds", {}).items():
+        if not key.startswith(f"{method}_seed") or not history or "size" in history[0]:
+            continue
+        if history[0]["cut"] > epsilon and history[0]["train"] > epsilon / 2:
+            found.append(key.removeprefix(f"{method}_"))
+    return found
 
 
 def _exact_beats_novelty(part: dict[str, Any]) -> bool:
