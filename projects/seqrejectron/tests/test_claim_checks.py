@@ -28,7 +28,22 @@ def test_tuning_score_sees_over_stopping():
     oracle = tuning_score(outcome([0, 0, 0, 0], [0, 0], [0, 0, 1, 1]), 0.5)
     false_alarm = tuning_score(outcome([0, 0, 0, 0], [1, 0], [0, 0, 1, 1]), 0.5)
     assert (stop_all, never, oracle, false_alarm) == pytest.approx((0.0, 0.0, -0.25, 0.25))
-    assert TUNING_EXECUTED_WEIGHT == 0.5
+    assert TUNING_EXECUTED_WEIGHT == 0.1
+
+
+def test_registered_weight_ranks_a_useful_stop_above_never_stopping():
+    """(A)'s typical world (record 7f3db3a, seed-0 means): never-stopping BC costs 0.13 and runs
+    every episode; a stop rule at cost 0.01 runs 0.7 of them. Weight 0.5 preferred never
+    stopping (the third round's preview picked a Lambda with no validator); 0.1 does not, and
+    stopping everything still loses to the useful stop."""
+    never = outcome([1] * 13 + [0] * 87, [0], [1] * 100)
+    useful = outcome([1] + [0] * 99, [0], [1] * 70 + [0] * 30)
+    stop_all = outcome([0] * 100, [0], [0] * 100)
+    assert tuning_score(never, 0.5) < tuning_score(useful, 0.5)
+    weight = TUNING_EXECUTED_WEIGHT
+    assert tuning_score(useful, weight) < min(
+        tuning_score(never, weight), tuning_score(stop_all, weight)
+    )
 
 
 def test_horizon_slope_by_hand():
