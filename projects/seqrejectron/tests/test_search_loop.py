@@ -134,3 +134,74 @@ def test_without_shift_the_method_stops_no_test_episode_on_a_partly_covered_worl
     assert fitted.diagnostics["n_validators"] == 0
     assert outcome["train_stop"].mean() == 0.0
     assert outcome["test_executed"].mean() == 1.0
+
+
+def test_module_stop_flags_is_the_union_of_accepted_validators_disagreements():
+    """The deployment rule of `train test` (Eq. 1): a state is flagged when SOME accepted
+    validator's action differs from pi-hat's; validators past ``n_validators`` are not read."""
+    module = small_module()
+    constant_policy(module.pihat, 0)
+    gate = torch.nn.Linear(4, 3)  # action 1 where x[0] > 0, else 0 (pi-hat's)
+    with torch.no_grad():
+        gate.weight.zero_()
+        gate.bias.zero_()
+        gate.weight[1, 0] = 10.0
+    module.validators[0] = gate  # disagrees first, so a later agreeing validator must not reset
+    constant_policy(module.validators[1], 0)  # agrees everywhere
+    constant_policy(module.validators[2], 2)  # disagrees everywhere, but not accepted
+    x = torch.tensor([[1.0, 0, 0, 0], [-1.0, 0, 0, 0], [2.0, 1, 0, 0], [0.0, 3, 0, 0]])
+    module.n_validators.fill_(2)
+    assert module.stop_flags(x).tolist() == [True, False, True, False]
+    module.n_validators.fill_(1)
+    assert module.stop_flags(x).tolist() == [True, False, True, False]
+    module.n_validators.fill_(0)
+    assert module.stop_flags(x).tolist() == [False] * 4
+    module.n_validators.fill_(3)
+    assert module.stop_flags(x).tolist() == [True] * 4
+
+
+def test_module_trains_pihat_for_exactly_bc_steps_then_starts_a_round_from_it():
+    """Steps 0 .. bc_steps - 1 are full-batch BC (Adam on pi-hat's cross-entropy, replayed by
+    hand); at step bc_steps pi-hat freezes and the first round's candidate starts from it."""
+    import copy
+
+    from lightning.pytorch import Trainer
+
+    module = small_module(bc_steps=2, validator_steps=3, lr=0.1)
+    gen = torch.Generator().manual_seed(3)
+    batch = {
+        "train_x": torch.randn(6, 4, generator=gen),
+        "train_a": torch.tensor([0, 1, 2, 0, 1, 2]),
+        "test_x": torch.randn(5, 4, generator=gen),
+        "test_lengths": torch.tensor([2, 3]),
+        "train_lengths": torch.tensor([3, 3]),
+    }
+    replay = copy.deepcopy(module.pihat)
+    optimizer = torch.optim.Adam(replay.parameters(), lr=0.1, foreach=True)
+    for _ in range(2):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(replay(batch["train_x"]), batch["train_a"]).backward()
+        optimizer.step()
+
+    class Repeat(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, index):
+            return batch
+
+    trainer = Trainer(
+        max_steps=3,  # two BC steps and the first step of round 1
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, torch.utils.data.DataLoader(Repeat(), batch_size=None))
+    for got, want in zip(module.pihat.parameters(), replay.parameters(), strict=True):
+        torch.testing.assert_close(got, want)
+    moved = [
+        (c - p).abs().max()
+        for c, p in zip(module.candidate.parameters(), replay.parameters(), strict=True)
+    ]
+    assert 0 < max(moved) < 0.2  # one Adam step (lr 0.1) away from pi-hat, not a fresh network
