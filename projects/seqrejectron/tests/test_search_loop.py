@@ -200,6 +200,10 @@ def test_module_trains_pihat_for_exactly_bc_steps_then_starts_a_round_from_it():
     trainer.fit(module, torch.utils.data.DataLoader(Repeat(), batch_size=None))
     for got, want in zip(module.pihat.parameters(), replay.parameters(), strict=True):
         torch.testing.assert_close(got, want)
+    with torch.no_grad():  # step 2 logs the frozen pi-hat's BC loss and the round's loss
+        frozen = torch.nn.functional.cross_entropy(replay(batch["train_x"]), batch["train_a"])
+    torch.testing.assert_close(trainer.callback_metrics["train/bc_loss"], frozen)
+    assert "train/validator_loss" in trainer.callback_metrics
     moved = [
         (c - p).abs().max()
         for c, p in zip(module.candidate.parameters(), replay.parameters(), strict=True)

@@ -92,9 +92,7 @@ class SeqRejectronModule(LightningModule):
             loss = nn.functional.cross_entropy(self.pihat(batch["train_x"]), batch["train_a"])
             self.log("train/bc_loss", loss, prog_bar=True, batch_size=1)
             return self.touch_every_parameter(loss)
-        if bool(self.done):
-            self.trainer.should_stop = True  # the search has ended; nothing left to fit
-            return None
+        # (once the search has ended, on_train_batch_start stops before any step runs)
         with torch.no_grad():  # pi-hat is fixed now; logged so every step reports the same keys
             bc_loss = nn.functional.cross_entropy(self.pihat(batch["train_x"]), batch["train_a"])
         self.log("train/bc_loss", bc_loss, prog_bar=True, batch_size=1)
