@@ -160,28 +160,9 @@ def test_module_stop_flags_is_the_union_of_accepted_validators_disagreements():
     assert module.stop_flags(x).tolist() == [True] * 4
 
 
-def test_module_trains_pihat_for_exactly_bc_steps_then_starts_a_round_from_it():
-    """Steps 0 .. bc_steps - 1 are full-batch BC (Adam on pi-hat's cross-entropy, replayed by
-    hand); at step bc_steps pi-hat freezes and the first round's candidate starts from it."""
-    import copy
-
+def fit_steps(module, batch, max_steps: int):
+    """Run the module's own training loop for ``max_steps`` full-batch steps on ``batch``."""
     from lightning.pytorch import Trainer
-
-    module = small_module(bc_steps=2, validator_steps=3, lr=0.1)
-    gen = torch.Generator().manual_seed(3)
-    batch = {
-        "train_x": torch.randn(6, 4, generator=gen),
-        "train_a": torch.tensor([0, 1, 2, 0, 1, 2]),
-        "test_x": torch.randn(5, 4, generator=gen),
-        "test_lengths": torch.tensor([2, 3]),
-        "train_lengths": torch.tensor([3, 3]),
-    }
-    replay = copy.deepcopy(module.pihat)
-    optimizer = torch.optim.Adam(replay.parameters(), lr=0.1, foreach=True)
-    for _ in range(2):
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(replay(batch["train_x"]), batch["train_a"]).backward()
-        optimizer.step()
 
     class Repeat(torch.utils.data.Dataset):
         def __len__(self):
@@ -191,13 +172,56 @@ def test_module_trains_pihat_for_exactly_bc_steps_then_starts_a_round_from_it():
             return batch
 
     trainer = Trainer(
-        max_steps=3,  # two BC steps and the first step of round 1
+        max_steps=max_steps,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(module, torch.utils.data.DataLoader(Repeat(), batch_size=None))
+    return trainer
+
+
+def loop_batch() -> dict:
+    gen = torch.Generator().manual_seed(3)
+    return {
+        "train_x": torch.randn(6, 4, generator=gen),
+        "train_a": torch.tensor([0, 1, 2, 0, 1, 2]),
+        "test_x": torch.randn(5, 4, generator=gen),
+        "test_lengths": torch.tensor([2, 3]),
+        "train_lengths": torch.tensor([3, 3]),
+    }
+
+
+def test_module_logs_bc_loss_during_bc_and_scores_a_round_after_exactly_validator_steps():
+    """BC logs pi-hat's cross-entropy under "train/bc_loss" (before its step); the first round
+    is scored at its last step, bc_steps + validator_steps - 1, not one step earlier."""
+    batch = loop_batch()
+    module = small_module(bc_steps=2, validator_steps=3, lr=0.1)
+    with torch.no_grad():
+        first = torch.nn.functional.cross_entropy(module.pihat(batch["train_x"]), batch["train_a"])
+    trainer = fit_steps(module, batch, 1)
+    torch.testing.assert_close(trainer.callback_metrics["train/bc_loss"], first)
+    for steps, scored in ((4, False), (5, True)):  # round 1: steps 2, 3, 4
+        trainer = fit_steps(small_module(bc_steps=2, validator_steps=3, lr=0.1), batch, steps)
+        assert ("round/score" in trainer.callback_metrics) == scored, steps
+
+
+def test_module_trains_pihat_for_exactly_bc_steps_then_starts_a_round_from_it():
+    """Steps 0 .. bc_steps - 1 are full-batch BC (Adam on pi-hat's cross-entropy, replayed by
+    hand); at step bc_steps pi-hat freezes and the first round's candidate starts from it."""
+    import copy
+
+    module = small_module(bc_steps=2, validator_steps=3, lr=0.1)
+    batch = loop_batch()
+    replay = copy.deepcopy(module.pihat)
+    optimizer = torch.optim.Adam(replay.parameters(), lr=0.1, foreach=True)
+    for _ in range(2):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(replay(batch["train_x"]), batch["train_a"]).backward()
+        optimizer.step()
+
+    trainer = fit_steps(module, batch, 3)  # two BC steps and the first step of round 1
     for got, want in zip(module.pihat.parameters(), replay.parameters(), strict=True):
         torch.testing.assert_close(got, want)
     with torch.no_grad():  # step 2 logs the frozen pi-hat's BC loss and the round's loss
