@@ -37,7 +37,7 @@ from seqrejectron.core import (
 class SeqRejectronModule(LightningModule):
     def __init__(
         self,
-        in_features: PositiveInt = 42,
+        in_features: PositiveInt = 42,  # envs.N_FEATURES (A); the data module checks the match
         n_test: PositiveInt = 200,
         n_actions: PositiveInt = 3,
         hidden: PositiveInt = 64,
