@@ -27,6 +27,9 @@ def test_prefix_lengths_and_stop_time_update_by_hand():
         np.array([1, INF, INF]), [np.array([0, 1]), np.array([0, 0, 1]), np.array([0, 0])]
     )
     assert taus.tolist() == [1, 2, INF]
+    # one stop time per test trajectory: a stop-time array of another length is a bug upstream
+    with pytest.raises(ValueError):
+        prefix_lengths(np.array([1, INF]), [2, 3, 4])
 
 
 def constant_policy(module_policy: torch.nn.Module, action: int) -> None:
