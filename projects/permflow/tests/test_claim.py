@@ -28,6 +28,17 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
     assert len(record["tuning"]["trials"]["permflow"]) == 1
     for name in ("claim.md", "frontier.png", "both_modes_vs_samples.png", "steps_sweep.png"):
         assert (tmp_path / name).is_file()
+    # issue 50: the step frontier, the sharpened endpoint and the early-t fit reach claim.md
+    claim_md = (tmp_path / "claim.md").read_text()
+    for task in ("sorting", "slap"):
+        for line in (
+            f"{task}: permflow at 1 Euler steps (first seed): both_modes ",
+            f"{task}: permflow at 4 Euler steps (first seed): both_modes ",
+            f"{task}: permflow, endpoint temperature 0.5 (first seed): both_modes ",
+            f"{task}: permflow fit at t < 0.05 on train (first seed): cross_entropy_all ",
+            f"{task}: permflow fit at t < 0.05 on test (first seed): cross_entropy_all ",
+        ):
+            assert line in claim_md
 
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):

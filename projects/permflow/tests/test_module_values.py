@@ -120,13 +120,18 @@ def test_the_base_has_the_law_of_eq_4():
     assert covariance == pytest.approx(-(sigma**2) * (n - 1) / n**2, rel=0.03)
 
 
+@pytest.mark.parametrize("temperature", [None, 0.25])
 def test_sample_permutations_is_euler_on_the_softmax_endpoint_then_hungarian(
-    default_model_and_batch,
+    default_model_and_batch, temperature
 ):
+    """The default sampler (``temperature`` None: the default config's 1.0) and the sharpened
+    endpoint softmax(logits / 0.25) (issue 50's option against the chain's drift)."""
     model, batch = default_model_and_batch
     n, sigma, steps, m = model.hparams.n, model.hparams.sigma, model.hparams.steps, 3
     b = len(batch["num_valid"])
-    perms, stats = model.sample_permutations(batch, m, torch.Generator().manual_seed(4))
+    perms, stats = model.sample_permutations(
+        batch, m, torch.Generator().manual_seed(4), temperature=temperature
+    )
 
     h = centring(n)
     x = (
@@ -138,13 +143,16 @@ def test_sample_permutations_is_euler_on_the_softmax_endpoint_then_hungarian(
         feats = model.net.encode_items(batch["condition"]).repeat_interleave(m, dim=0)
         for k in range(steps):  # Eq. (8), Euler, the field projected onto T_n
             t = torch.full((b * m,), k / steps)
-            endpoint = model.net(feats, x, t).softmax(dim=-1)
+            endpoint = (model.net(feats, x, t) / (temperature or 1.0)).softmax(dim=-1)
             velocity = (endpoint - x) / (1 - t).view(-1, 1, 1)
             x = x + (h @ velocity @ h) / steps
     expected = np.stack(
         [linear_sum_assignment(matrix.numpy(), maximize=True)[1] for matrix in x]
     )  # Eq. (9)
     np.testing.assert_array_equal(perms, expected.reshape(b, m, n))
+    if temperature is not None:  # the option acts: the same draws decode differently
+        default, _ = model.sample_permutations(batch, m, torch.Generator().manual_seed(4))
+        assert (default != perms).any()
     sums = torch.cat([x.sum(-1), x.sum(-2)], dim=-1)
     violation = (sums - 1).abs().amax(-1).view(b, m).amax(1)
     np.testing.assert_allclose(stats["violation"], violation.numpy(), atol=1e-6)
@@ -176,3 +184,64 @@ def test_coupling_shares_count_invalid_samples_as_zero_or_leave_them_out():
     assert metrics["coupling"].tolist() == [0.5]
     assert metrics["coupling_valid"].tolist() == pytest.approx([2 / 3])
     assert metrics["valid_rate"].tolist() == [0.75]
+
+
+class StubEndpointNet(torch.nn.Module):
+    """An endpoint field that returns ``scale`` times the one-hot matrix ``pick(x_t)``."""
+
+    def __init__(self, pick, scale: float = 20.0):
+        super().__init__()
+        self.pick, self.scale = pick, scale
+
+    def encode_items(self, condition):
+        return condition
+
+    def forward(self, features, x, t):
+        return self.scale * self.pick(x)
+
+
+def test_early_fit_scores_the_endpoint_cross_entropy_and_the_coupled_decode(
+    default_model_and_batch,
+):
+    from permflow.evaluate import early_fit
+
+    model, batch = default_model_and_batch
+    n = model.hparams.n
+    unambiguous = {**batch, "num_valid": torch.ones_like(batch["num_valid"])}
+    targets = one_hot_targets(unambiguous)[:, 0]  # [B, n, n]
+    real_net = model.net
+    try:
+        # the right endpoint at every x_t: cross-entropy log(1 + (n-1) e^-20) per row (0 in
+        # float32), decoded
+        model.net = StubEndpointNet(lambda x: targets)
+        fit = early_fit(model, [unambiguous], draws=2)
+        assert fit["cross_entropy_all"] == pytest.approx(0.0, abs=1e-6)
+        assert fit["decodes_to_coupled_all"] == 1.0
+        assert fit["decodes_to_coupled_unambiguous"] == 1.0
+        assert "cross_entropy_ambiguous" not in fit
+        # uniform logits: cross-entropy log n exactly
+        model.net = StubEndpointNet(lambda x: torch.zeros_like(x))
+        assert early_fit(model, [unambiguous])["cross_entropy_all"] == pytest.approx(np.log(n))
+        # each row's target one column over (a derangement): every decode is wrong, and the
+        # target's logit is 20 below the top one in every row (20 + log(1 + (n-1) e^-20))
+        model.net = StubEndpointNet(lambda x: targets.roll(1, dims=-1))
+        wrong = early_fit(model, [unambiguous])
+        assert wrong["decodes_to_coupled_all"] == 0.0
+        assert wrong["cross_entropy_all"] == pytest.approx(20.0, abs=1e-5)
+        # two valid orders: a field that returns the valid order nearest to x_t decodes to the
+        # coupled one (nearest to x0) when t is so small that x_t is x0 to rounding; one that
+        # always returns the first order is right only where the coupling chose it
+        ambiguous = with_two_valid_orders(batch)
+        both = one_hot_targets(ambiguous)  # [B, 2, n, n]
+
+        def nearest_order(x):
+            return nearest_valid(x, both, ambiguous["num_valid"])[0]
+
+        model.net = StubEndpointNet(nearest_order)
+        routed = early_fit(model, [ambiguous], t_max=1e-9, draws=4)
+        assert routed["decodes_to_coupled_ambiguous"] == 1.0
+        model.net = StubEndpointNet(lambda x: both[:, 0])
+        first = early_fit(model, [ambiguous], t_max=1e-9, draws=4)
+        assert 0.0 < first["decodes_to_coupled_ambiguous"] < 1.0
+    finally:
+        model.net = real_net

@@ -114,3 +114,44 @@ def start_cross_entropy(model, batch: dict, images: torch.Tensor, draws: int = 8
         logits = model.net(features, core.interpolate(x0, x1, t), t).float()
         losses.append(core.endpoint_cross_entropy(logits, x1).item())
     return sum(losses) / len(losses)
+
+
+@torch.no_grad()
+def early_fit(
+    model, dataloader, t_max: float = 0.05, draws: int = 2, max_batches: int = 4, seed: int = 0
+) -> dict[str, float]:
+    """How well the learned endpoint field fits at early t, where the target must come from the
+    input (and, for an ambiguous input, from x0's cell): x0 from the base, x1 from the
+    nearest-target coupling, t uniform in [0, t_max), x_t on the coupling path (Eq. 6), as in
+    training. Returns the endpoint cross-entropy (Eq. 7) and the share of predicted endpoints
+    whose Hungarian decode is the coupled target, over all inputs and split into unambiguous
+    and ambiguous ones. Run on the training split, it says whether the field underfits (a high
+    value on train and test alike) or overfits (low on train, high on test)."""
+    generator = torch.Generator().manual_seed(seed)
+    hp = model.hparams
+    sums: dict[str, list[float]] = {}
+    was_training = model.training
+    model.eval()
+    for index, batch in enumerate(dataloader):
+        if index == max_batches:
+            break
+        batch = {k: v.to(model.device) for k, v in batch.items()}
+        targets = core.permutation_matrices(batch["optima"]).float()  # [B, K, n, n]
+        features = model.features(batch["condition"])
+        for _ in range(draws):
+            x0 = core.sample_base(len(targets), hp.n, hp.sigma, generator, model.device)
+            x1, _ = core.nearest_target_coupling(x0, targets, batch["num_valid"])
+            t = t_max * torch.rand(len(targets), generator=generator).to(model.device)
+            logits = model.net(features, core.interpolate(x0, x1, t), t).float()  # [B, n, n]
+            ce = -(x1 * logits.log_softmax(-1)).sum(-1).mean(-1)  # [B]: Eq. (7) per input
+            right = core.hungarian_decode(logits.softmax(-1)) == x1.argmax(-1).cpu().numpy()
+            right = right.all(-1)  # [B]
+            for name, mask in (
+                ("all", np.ones(len(targets), bool)),
+                ("unambiguous", (batch["num_valid"] == 1).cpu().numpy()),
+                ("ambiguous", (batch["num_valid"] == 2).cpu().numpy()),
+            ):
+                sums.setdefault(f"cross_entropy_{name}", []).extend(ce.cpu().numpy()[mask])
+                sums.setdefault(f"decodes_to_coupled_{name}", []).extend(right[mask])
+    model.train(was_training)
+    return {k: float(np.mean(v)) for k, v in sums.items() if len(v)}

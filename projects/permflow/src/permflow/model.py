@@ -28,6 +28,10 @@ class PermutationModel(L.LightningModule):
     ``gumbel_tau_final``). ``project``: under ``velocity`` and ``endpoint`` it drops the projector
     from the loss and the sampler; under ``endpoint_softmax`` the loss has no projector to drop,
     so it changes the sampler only. ``gumbel_noise`` scales the Gumbel noise of training.
+    ``endpoint_temperature`` (sampling only, ``endpoint_softmax``): the sampler's endpoint is
+    softmax(logits / temperature) row-wise; below 1 it sharpens the endpoint towards a vertex,
+    an option against the Euler chain drifting off the vertex-bound segments training sees
+    (issue 50; 1 is the trained field as is).
     decode (baselines only): ``noiseless`` Hungarian(L) or ``noisy`` Hungarian(L +
     decode_noise * g) per sample.
     """
@@ -51,6 +55,7 @@ class PermutationModel(L.LightningModule):
         time_sampling: Literal["uniform", "logit_normal", "early"] = "early",
         sampler: Literal["euler", "heun"] = "euler",
         steps: PositiveInt = 20,
+        endpoint_temperature: PositiveFloat = 1.0,
         sinkhorn_tau: PositiveFloat = 1.0,
         sinkhorn_iters: PositiveInt = 20,
         sinkhorn_loss: Literal["mse", "ce"] = "mse",
@@ -196,6 +201,7 @@ class PermutationModel(L.LightningModule):
         decode: str | None = None,
         decode_noise: float | None = None,
         oracle: bool = False,
+        temperature: float | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """m permutations per input -> (perms [B, m, n], per-input diagnostics).
 
@@ -204,9 +210,10 @@ class PermutationModel(L.LightningModule):
         target (the coupling's choice), baselines ``violation_200`` [B] (Sinkhorn run to 200
         iterations). ``oracle=True`` integrates the exact posterior endpoint field, Eq. (12) of
         core, with the same base, sampler and decode (the positive control; it reads V(c) from
-        the batch).
+        the batch). ``temperature`` overrides ``endpoint_temperature``.
         """
         hp = self.hparams
+        temperature = hp.endpoint_temperature if temperature is None else temperature
         feats = self.features(batch["condition"])
         b, n = feats.shape[0], hp.n
         if hp.method == "permflow" or oracle:
@@ -225,7 +232,8 @@ class PermutationModel(L.LightningModule):
                 if hp.prediction == "endpoint":
                     return core.velocity_from_endpoint(output, x, t)
                 if hp.prediction == "endpoint_softmax":
-                    return core.velocity_from_endpoint(output.softmax(dim=-1), x, t)
+                    endpoint = (output / temperature).softmax(dim=-1)
+                    return core.velocity_from_endpoint(endpoint, x, t)
                 return output
 
             x1 = core.integrate(
