@@ -20,10 +20,12 @@ Euler-step sweep.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,10 @@ import torch  # noqa: E402
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
 from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
+from papers_eval.claim_record import Replication  # noqa: E402
+from papers_eval.diagnosis import finding  # noqa: E402
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs  # noqa: E402
+from papers_eval.mechanism import budget_evidence  # noqa: E402
 from papers_eval.record import code_revision  # noqa: E402
 from papers_eval.tuning import tuning_grids  # noqa: E402
 from permflow.cli import PermFlowCLI  # noqa: E402
@@ -79,10 +84,14 @@ def fit_one(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
     ``job.params`` holds the task and the training knobs."""
     subject, seed = job.subject, job.seed
     task, knobs = job_task_knobs(job)
+    # the budget evidence's runs: ``multiplier`` x the task's registered steps
+    multiplier = dict(knobs).get("multiplier", 1.0)
+    knobs = tuple((k, v) for k, v in knobs if k != "multiplier")
+    steps = round(settings[task]["max_steps"] * multiplier)
     torch.set_num_threads(1)
     overrides = [
-        f"--trainer.max_steps={settings[task]['max_steps']}",
-        f"--model.lr_decay_steps={settings[task]['max_steps']}",
+        f"--trainer.max_steps={steps}",
+        f"--model.lr_decay_steps={steps}",
         f"--data.seed={seed}",
         *settings[task]["overrides"],
     ]
@@ -214,20 +223,25 @@ def mean_of(result: dict[str, Any], key: str) -> float:
     return float(np.mean(values)) if values is not None and len(values) else float("nan")
 
 
-def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Tune on validation, run every subject on every seed and task, judge, write results/."""
-    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
-    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
-    # One intra-op thread: on the shared 2-core machine a 2-thread pool stalls whenever another
-    # process holds a core (training steps measured 3-6x slower than with one thread); this is
-    # where a contended run's time goes.
-    torch.set_num_threads(1)
+@dataclass
+class Experiment:
+    """One seed set's run: tuning, the chosen configurations, per-seed results, the frontier
+    points, both-modes curves and PermFlow's evaluation-only extras."""
+
+    tuning: Any
+    best: dict[str, dict[str, Any]]
+    results: dict[str, Any]
+    frontier: dict[str, list[dict[str, Any]]]
+    curves: dict[str, dict[str, list[Any]]]
+    extras: dict[str, dict[str, Any]]
+    tuning_s: float
+
+
+def experiment(spec, runner: Runner) -> Experiment:
+    """Tune on validation (first seed of ``spec``), then run every subject on every seed and
+    task of ``spec`` at the chosen configurations."""
+    settings = runner.settings
     start = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    settings = dict(spec.settings)
-    runner = Runner(settings, runner_options(args, default_workers=2))
     trained = [subject for subject in SUBJECTS if subject != "oracle"]
     grids = tuning_grids(spec.tuning, spec.subjects)
     runner.prefit(
@@ -258,7 +272,7 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         [(s, t, best[s], seed) for s in trained for seed in spec.seeds for t in TASKS],
         stage="test",
     )
-    curves: dict[str, dict[str, list[float]]] = {task: {} for task in TASKS}
+    curves: dict[str, dict[str, list[Any]]] = {task: {} for task in TASKS}
     extras: dict[str, dict[str, Any]] = {task: {} for task in TASKS}
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
@@ -285,12 +299,55 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         return metrics
 
     results = run_seeds(spec, run_one)
-    judgement = judge(spec, results)
-    evidence = build_evidence(runner, results, extras, spec.seeds)
-    figures = plot_all(out, frontier, results, curves, extras, settings)
+    return Experiment(tuning, best, results, frontier, curves, extras, tuning_s)
+
+
+def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
+    """Tune on validation, run every subject on every seed and task, judge; with
+    ``--replicate`` the same on the replication seeds; the budget evidence and a diagnosis when
+    the method fails a check; write results/."""
+    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
+    # One intra-op thread: on the shared 2-core machine a 2-thread pool stalls whenever another
+    # process holds a core (training steps measured 3-6x slower than with one thread); this is
+    # where a contended run's time goes.
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = dict(spec.settings)
+    runner = Runner(settings, runner_options(args, default_workers=2))
+
+    registered = experiment(spec, runner)
+    judgement = judge(spec, registered.results)
+    replication = None
+    if args.replicate:
+        rspec = spec.for_replication()
+        replicated = experiment(rspec, runner)
+        replication = Replication(
+            rspec, replicated.results, judge(rspec, replicated.results), replicated.tuning
+        )
+    judgements = [judgement] + ([replication.judgement] if replication else [])
+    failed = [
+        c
+        for c in spec.checks
+        if any(not j.outcomes[spec.method][c.name].passed for j in judgements)
+    ]
+    budget = method_budget(spec, registered, failed[0], runner) if failed else None
+    evidence = build_evidence(runner, registered.results, registered.extras, spec.seeds)
+    figures = plot_all(
+        out, registered.frontier, registered.results, registered.curves, registered.extras,
+        settings,
+    )  # fmt: skip
     (out / "details.json").write_text(
         json.dumps(
-            {"frontier": frontier, "extras": extras, "tuning_s": tuning_s},
+            {
+                "frontier": registered.frontier,
+                "extras": registered.extras,
+                "tuning_s": registered.tuning_s,
+                "replication_extras": replicated.extras if replication else None,
+            },
             indent=1,
             default=float,
         )
@@ -300,24 +357,138 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         out,
         project="permflow",
         spec=spec,
-        results=results,
+        results=registered.results,
         judgement=judgement,
+        replication=replication,
         config={
             "settings": settings,
             "quick": args.quick,
             "task_configs": TASK_FILES,
             "method_configs": METHOD_FILES,
-            "chosen": best,
-            "tuning_wall_s": round(tuning_s, 1),
+            "chosen": registered.best,
+            "tuning_wall_s": round(registered.tuning_s, 1),
         },
         wall_time_s=time.perf_counter() - start,
-        tuning=tuning,
+        tuning=registered.tuning,
         evidence=evidence,
         notes=NOTES,
         figures=[*figures, "details.json"],
         jobs=summarise_jobs(runner.results),
+        budget=budget,
+        diagnosis=functools.partial(diagnose, spec=spec, failed=[c.name for c in failed]),
     )
-    return {"verdict": judgement.verdict, "results": results, "extras": extras}
+    return {
+        "verdict": judgement.verdict,
+        "results": registered.results,
+        "extras": registered.extras,
+    }
+
+
+def check_task(metric: str) -> tuple[str, str]:
+    """``sorting_valid_rate`` -> (``sorting``, ``valid_rate``)."""
+    task, _, name = metric.partition("_")
+    if task not in TASKS:
+        raise ValueError(f"metric {metric!r} names no task of {TASKS}")
+    return task, name
+
+
+def method_budget(spec, registered: Experiment, check, runner: Runner) -> dict[str, Any]:
+    """The budget evidence for the first failed check: PermFlow and its rival (the check's first
+    reference, or Gumbel-Sinkhorn, the baseline that can sample both orders, for a threshold
+    check) retrained at each of ``settings.budget_multipliers`` x the task's registered steps,
+    equal for both, on the first registered seed; the checked metric on test."""
+    rival = check.against[0] if check.against else "gumbel_sinkhorn"
+    seed = spec.seeds[0]
+    task, name = check_task(check.metric)
+    multipliers = [float(m) for m in runner.settings["budget_multipliers"]]
+    runner.prefit(  # both subjects' budgets in parallel; budget_evidence then reads the cache
+        [
+            (subject, task, {**registered.best[subject], "multiplier": m}, seed)
+            for subject in (spec.method, rival)
+            for m in multipliers
+            if m != 1.0
+        ],
+        stage="budget",
+    )
+
+    def point(subject: str, multiplier: float, seed: int) -> dict[str, float]:
+        params = dict(registered.best[subject])
+        if multiplier != 1.0:
+            params["multiplier"] = multiplier
+        result = runner.scores(subject, task, params, seed, "test")
+        steps = round(runner.settings[task]["max_steps"] * multiplier)
+        return {"metric": mean_of(result, name), "wall_time_s": result["train_s"], "updates": steps}
+
+    evidence = budget_evidence(
+        point, method=spec.method, rival=rival, goal=check.goal, seed=seed, multipliers=multipliers
+    )
+    return {"check": check.name, "metric": check.metric, "task": task, **evidence}
+
+
+def diagnose(record: dict[str, Any], *, spec, failed: list[str]) -> list:
+    """Findings for a verdict that is not ``held``, each citing the record's numbers:
+
+    - a failed check the oracle fails too: ``check`` (no field could pass it here);
+    - the failed check of the budget evidence (the first one), when the method's gap to its
+      rival grows with the budget (equal steps for both): ``implementation`` (the registered
+      budget had not converged);
+    - anything else: ``undetermined``, citing the method's value (and the budget gaps where
+      they were measured).
+    """
+    if record["verdict"] in ("held", "held, not replicated"):
+        return []
+    method, findings = spec.method, []
+    sets = [("", record)]
+    if record.get("replication", {}).get("run"):
+        sets.append(("replication.", record["replication"]))
+    budget = record.get("budget") or {}
+    gap_keys = list((budget.get("gap") or {}).keys())
+    checks = {c.name: c for c in spec.checks}
+    for name in failed:
+        check = checks[name]
+        failing = [(p, part) for p, part in sets if not part["outcomes"][method][name]["passed"]]
+        if not failing:
+            continue
+        prefix, part = failing[0]
+        value = (f"{prefix}metrics.{method}.{check.metric}.mean", f"the method's {check.metric}")
+        budgeted = budget.get("check") == name  # the budget evidence is of the first failed check
+        gaps = [(f"budget.gap.{k}", f"gap at {k}x") for k in gap_keys] if budgeted else []
+        if not part["outcomes"]["oracle"][name]["passed"]:
+            findings.append(
+                finding(
+                    "check",
+                    f"{name}: the oracle field fails it too, so no field passes it here",
+                    value,
+                    (f"{prefix}outcomes.oracle.{name}.advantage.estimate", "the oracle's"),
+                )
+            )
+        elif budgeted and budget.get("gap_closes"):
+            findings.append(
+                finding(
+                    "implementation",
+                    f"{name}: the method's gap to {budget['rival']} grows with the training "
+                    "budget (equal steps for both), so the registered budget had not converged",
+                    value,
+                    *gaps,
+                )
+            )
+        else:
+            findings.append(
+                finding(
+                    "undetermined",
+                    f"{name}: failed while the oracle passes"
+                    + (
+                        f"; at {', '.join(gap_keys)}x the registered steps (equal for both) the "
+                        f"gap to {budget['rival']} does not grow"
+                        if budgeted
+                        else " (no budget evidence for this check: it is taken for the first "
+                        "failed check only)"
+                    ),
+                    value,
+                    *gaps,
+                )
+            )
+    return findings
 
 
 NOTES = (
