@@ -3,12 +3,15 @@
 registered seeds 0-2 and the replication seeds 3-5), at the registered defaults (sigma scale 1,
 tau 1). Test metrics, and PermFlow's fit at t < 0.05 on the training and test splits.
 
-    cd projects/permflow
-    uv run python results/pilots/budget_curve.py > results/pilots/budget_curve.json
+    cd projects/permflow && uv run python results/pilots/budget_curve.py
+
+writes results/pilots/budget_curve.json (the job runner's progress goes to stdout, one row per
+run to stderr).
 """
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -48,7 +51,9 @@ def main() -> None:
             row["early_fit_test"] = early_fit(model, data.test_dataloader(), seed=seed)
         out.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print(json.dumps({"seed": SEED, "task": "sorting", "rows": out}, indent=1))
+    (Path(__file__).parent / "budget_curve.json").write_text(
+        json.dumps({"seed": SEED, "task": "sorting", "rows": out}, indent=1) + "\n"
+    )
 
 
 if __name__ == "__main__":  # the job runner's spawned workers import this file
