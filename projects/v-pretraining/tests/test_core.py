@@ -319,3 +319,18 @@ def test_score_entropy_is_log_k_when_flat_and_zero_when_peaked():
     assert core.score_entropy(peaked).item() == pytest.approx(0.0, abs=1e-6)
     two = torch.tensor([[[0.0, 0.0, -1e4, -1e4]]])
     assert core.score_entropy(two, temperature=2.0).item() == pytest.approx(math.log(2))
+
+
+def test_score_entropy_by_value_at_the_default_and_another_temperature():
+    scores = torch.tensor([[[math.log(3.0), 0.0]]])  # softmax: 3/4, 1/4
+    expected = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert core.score_entropy(scores).item() == pytest.approx(expected, rel=1e-6)
+    halved = torch.tensor([math.sqrt(3.0), 1.0]) / (1 + math.sqrt(3.0))  # softmax of scores / 2
+    expected = -(halved * halved.log()).sum().item()
+    assert core.score_entropy(scores, temperature=2.0).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_mass_by_rank_over_a_single_kept_position_is_that_position():
+    weights = torch.tensor([[[0.5, 0.3, 0.2], [0.4, 0.1, 0.5]]])
+    mask = torch.tensor([[False, True]])
+    assert torch.allclose(core.mass_by_rank(weights, mask), torch.tensor([0.1, 0.5]))
