@@ -334,3 +334,14 @@ def test_mass_by_rank_over_a_single_kept_position_is_that_position():
     weights = torch.tensor([[[0.5, 0.3, 0.2], [0.4, 0.1, 0.5]]])
     mask = torch.tensor([[False, True]])
     assert torch.allclose(core.mass_by_rank(weights, mask), torch.tensor([0.1, 0.5]))
+
+
+def test_masked_regularisers_average_over_the_kept_positions_only():
+    # K = 2, smoothing 0.2: r = [0.8, 0.1, 0.1]; three positions, the middle one masked out
+    weights = torch.tensor([[[0.8, 0.1, 0.1], [0.2, 0.4, 0.4], [1.0, 0.0, 0.0]]])
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    kl, entropy = core.designer_regularisers(weights, 0.2, mask)
+    # position 0 equals r (KL 0, entropy H(r)); position 2 is one-hot (KL -log 0.8, entropy 0)
+    h_r = -(0.8 * math.log(0.8) + 2 * 0.1 * math.log(0.1))
+    assert kl.item() == pytest.approx(-math.log(0.8) / 2, rel=1e-5)
+    assert entropy.item() == pytest.approx(h_r / 2, rel=1e-5)
