@@ -270,3 +270,78 @@ def test_answer_nll_is_per_problem():
     nll = core.answer_nll(lambda i, m: table[i], ids, torch.ones_like(ids), answer)
     expected = [-(math.log(0.2) + math.log(0.6)) / 2, -(math.log(0.6) + math.log(0.7)) / 2]
     assert torch.allclose(nll, torch.tensor(expected))
+
+
+def test_in_family_targets_put_lambda_max_on_the_right_digit_where_it_is_reachable():
+    # [1, 4] positions, K = 3: slots = [observed, top1, top2, top3]
+    slots = torch.tensor([[[5, 7, 9, 4], [5, 7, 9, 4], [6, 6, 2, 3], [8, 1, 2, 3]]])
+    clean = torch.tensor([[9, 5, 2, 0]])
+    corrupted = torch.tensor([[True, False, True, True]])
+    q = core.in_family_targets(slots, clean, corrupted, 0.9)
+    expected = torch.tensor(
+        [
+            [
+                [0.1, 0.0, 0.9, 0.0],  # corrupted, clean 9 at top-2
+                [1.0, 0.0, 0.0, 0.0],  # not corrupted: one-hot observed
+                [0.1, 0.0, 0.9, 0.0],  # corrupted, clean 2 at top-2
+                [1.0, 0.0, 0.0, 0.0],  # corrupted but clean 0 not in the top-K
+            ]
+        ]
+    )
+    assert torch.allclose(q, expected)
+
+
+def test_in_family_targets_use_one_slot_when_the_clean_token_repeats():
+    slots = torch.tensor([[[5, 2, 2, 4]]])  # a duplicate in the top-K
+    q = core.in_family_targets(slots, torch.tensor([[2]]), torch.tensor([[True]]), 0.5)
+    assert torch.allclose(q, torch.tensor([[[0.5, 0.5, 0.0, 0.0]]]))
+
+
+def test_in_family_targets_are_a_member_of_the_designer_family():
+    # eq. (6) with lambda = lambda_max and scores that put all top-K mass on one slot
+    slots = torch.tensor([[[5, 7, 9, 4]]])
+    q = core.in_family_targets(slots, torch.tensor([[9]]), torch.tensor([[True]]), 0.9)
+    scores = torch.tensor([[[-1e4, 0.0, -1e4]]])
+    assert torch.allclose(q, core.soft_targets(torch.tensor([[0.9]]), scores), atol=1e-6)
+
+
+def test_mass_by_rank_sums_to_the_mean_mixing_weight():
+    weights = torch.tensor([[[0.5, 0.3, 0.2], [1.0, 0.0, 0.0], [0.2, 0.0, 0.8]]])
+    assert torch.allclose(core.mass_by_rank(weights), torch.tensor([0.3, 1.0]) / 3)
+    mask = torch.tensor([[True, False, True]])
+    assert torch.allclose(core.mass_by_rank(weights, mask), torch.tensor([0.15, 0.5]))
+
+
+def test_score_entropy_is_log_k_when_flat_and_zero_when_peaked():
+    flat = torch.zeros(2, 3, 4)
+    assert core.score_entropy(flat).item() == pytest.approx(math.log(4))
+    peaked = torch.tensor([[[50.0, 0.0, 0.0, 0.0]]])
+    assert core.score_entropy(peaked).item() == pytest.approx(0.0, abs=1e-6)
+    two = torch.tensor([[[0.0, 0.0, -1e4, -1e4]]])
+    assert core.score_entropy(two, temperature=2.0).item() == pytest.approx(math.log(2))
+
+
+def test_score_entropy_by_value_at_the_default_and_another_temperature():
+    scores = torch.tensor([[[math.log(3.0), 0.0]]])  # softmax: 3/4, 1/4
+    expected = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert core.score_entropy(scores).item() == pytest.approx(expected, rel=1e-6)
+    halved = torch.tensor([math.sqrt(3.0), 1.0]) / (1 + math.sqrt(3.0))  # softmax of scores / 2
+    expected = -(halved * halved.log()).sum().item()
+    assert core.score_entropy(scores, temperature=2.0).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_mass_by_rank_over_a_single_kept_position_is_that_position():
+    weights = torch.tensor([[[0.5, 0.3, 0.2], [0.4, 0.1, 0.5]]])
+    mask = torch.tensor([[False, True]])
+    assert torch.allclose(core.mass_by_rank(weights, mask), torch.tensor([0.1, 0.5]))
+
+
+def test_masked_regularisers_average_over_the_kept_positions_only():
+    # K = 2, smoothing 0.2: r = [0.8, 0.1, 0.1]; three positions, the middle one masked out
+    weights = torch.tensor([[[0.8, 0.1, 0.1], [0.2, 0.4, 0.4], [1.0, 0.0, 0.0]]])
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    kl, entropy = core.designer_regularisers(weights, 0.2, mask)
+    # position 0 equals r (KL 0, entropy H(r)); position 2 is one-hot (KL -log 0.8, entropy 0)
+    h_r = -(0.8 * math.log(0.8) + 2 * 0.1 * math.log(0.1))
+    assert kl.item() == pytest.approx(-math.log(0.8) / 2, rel=1e-5)
+    assert entropy.item() == pytest.approx(h_r / 2, rel=1e-5)

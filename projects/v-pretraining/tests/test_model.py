@@ -106,7 +106,16 @@ def test_no_downstream_gradient_reaches_the_learner(data, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "arm", ["plain", "fixed_soft", "alignment_reweight", "oracle", "random_gradient", "vpretrain"]
+    "arm",
+    [
+        "plain",
+        "fixed_soft",
+        "alignment_reweight",
+        "oracle",
+        "in_family",
+        "random_gradient",
+        "vpretrain",
+    ],
 )
 def test_every_arm_takes_a_finite_step_that_moves_the_learner(data, arm):
     module, _ = module_for(data, arm=arm)
@@ -134,3 +143,100 @@ def test_the_oracle_targets_are_the_right_answers(data):
     assert corrupted.any() and (blocks["ids"][corrupted] != blocks["clean_ids"][corrupted]).all()
     assert torch.equal(blocks["ids"][~corrupted], blocks["clean_ids"][~corrupted])
     assert (blocks["result"] | ~corrupted).all()  # only answer digits are ever corrupted
+
+
+def corrupted_batch(data):
+    """The first batch of 4 blocks holding a corrupted answer digit."""
+    corrupted = data.train_set.blocks["corrupted"][:, 1:]
+    whole = corrupted[: len(corrupted) // 4 * 4].reshape(-1, 4 * corrupted.shape[1])
+    index = int(torch.nonzero(whole.any(-1))[0])
+    return batch_of(data, index)
+
+
+def test_the_in_family_arm_trains_on_lambda_max_at_the_right_digit(data, monkeypatch):
+    module, _ = module_for(data, arm="in_family", lambda_max=0.9)
+    recorded = {}
+    original = core.soft_cross_entropy
+
+    def spy(at, weights, mask=None):
+        recorded["at"], recorded["weights"] = at, weights
+        return original(at, weights, mask)
+
+    monkeypatch.setattr(core, "soft_cross_entropy", spy)
+    batch = corrupted_batch(data)
+    inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
+    clean, corrupted = batch["clean_ids"][:, 1:], batch["corrupted"][:, 1:]
+    # An untrained learner rarely ranks the right digit in its top-K: lift it at the first
+    # corrupted position (a constant added to the learner's log-probabilities), so both the
+    # reachable and (when the batch has more corruptions) the unreachable case occur.
+    b, t = (int(i) for i in torch.nonzero(corrupted)[0])
+    lift = torch.zeros(*observed.shape, data.vocab_size)
+    lift[b, t, clean[b, t]] = 100.0
+    learner_log_probs = module.learner_log_probs
+    module.learner_log_probs = lambda ids, mask=None: learner_log_probs(ids, mask) + lift
+    with torch.no_grad():
+        log_probs = module.learner_log_probs(inputs)
+    top = log_probs.topk(module.hparams.top_k, dim=-1).indices
+    module.training_step(batch, 0)
+    slots = core.candidates(log_probs, observed, module.hparams.top_k)
+    dense = core.to_vocabulary(recorded["weights"], slots, data.vocab_size)  # [B, T, V]
+    on_clean = dense.gather(-1, clean.unsqueeze(-1)).squeeze(-1)
+    on_observed = dense.gather(-1, observed.unsqueeze(-1)).squeeze(-1)
+    reachable = corrupted & (top == clean.unsqueeze(-1)).any(-1)
+    assert reachable[b, t]
+    assert torch.allclose(on_clean[reachable], torch.tensor(0.9))
+    assert torch.allclose(on_observed[reachable], torch.tensor(0.1))
+    assert torch.allclose(on_observed[~reachable], torch.tensor(1.0))  # one-hot elsewhere
+    assert torch.allclose(dense.sum(-1), torch.tensor(1.0))
+    # and the learner's loss reads its own log-probabilities at those slots
+    assert torch.allclose(recorded["at"].detach(), log_probs.gather(-1, slots), atol=1e-6)
+
+
+def test_the_sgd_learner_takes_exactly_the_step_the_value_models(data):
+    """With optimizer=sgd the learner's step is theta - eta grad L_ssl (eq. 2, P = identity),
+    so the realised decrease of the feedback loss matches the value of eq. (3)."""
+    module, optimizer = module_for(data, optimizer="sgd", lr=1e-2, refresh_every=1000)
+    assert isinstance(optimizer, torch.optim.SGD)
+    module.refresh_downstream_gradient(0)
+    feedback = module.feedback_minibatch(0)  # the minibatch g_down was taken on
+    batch = batch_of(data, 3)
+    inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
+    _, q, d_at, _, _ = module.designed_targets(inputs, observed)
+    predicted = core.predicted_decrease(q.detach(), d_at, module.hparams.lr).item()
+    with torch.no_grad():
+        before = module.downstream_loss(feedback).item()
+    module.training_step(batch, 0)
+    with torch.no_grad():
+        realised = before - module.downstream_loss(feedback).item()
+    assert predicted != 0 and realised == pytest.approx(predicted, rel=0.1)
+
+
+def test_the_sgd_step_is_minus_lr_times_the_gradient(data):
+    module, optimizer = module_for(data, arm="plain", optimizer="sgd", lr=0.5)
+    batch = batch_of(data, 4)
+    before = {n: p.detach().clone() for n, p in module.learner.named_parameters()}
+    inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
+    nll = -module.learner_log_probs(inputs).gather(-1, observed.unsqueeze(-1)).mean()
+    grads = torch.autograd.grad(nll, list(module.learner.parameters()))
+    module.training_step(batch, 0)
+    for (n, p), g in zip(module.learner.named_parameters(), grads, strict=True):
+        assert torch.allclose(p.detach(), before[n] - 0.5 * g, atol=1e-6), n
+
+
+def test_answer_positions_restrict_the_value_to_the_stated_results(data, monkeypatch):
+    module, _ = module_for(data, value_positions="results")
+    recorded = []
+    original = core.predicted_decrease
+
+    def spy(weights, directions, lr, mask=None):
+        recorded.append(mask)
+        return original(weights, directions, lr, mask)
+
+    monkeypatch.setattr(core, "predicted_decrease", spy)
+    batch = corrupted_batch(data)
+    module.training_step(batch, 0)
+    assert torch.equal(recorded[0], batch["result"][:, 1:])
+    everywhere, _ = module_for(data)
+    recorded.clear()
+    everywhere.training_step(batch, 0)
+    assert recorded[0] is None

@@ -1,27 +1,27 @@
-"""The claim experiment (`uv run reproduce`), under the protocol of configs/claim.yaml.
+"""The claim experiment (`uv run reproduce`), under the protocol of configs/claim.yaml (v3).
 
 1. One base checkpoint: the tiny Qwen2 pretrained on the base stream (news, other Wikipedia
    articles, clean arithmetic narratives, practice problems), shared by every arm and seed.
-2. Wall-clock matching: each arm's time per learner step is measured on one thread from the
-   base; each arm then gets ``settings.budget_s / step_time`` steps (steps, tokens and the
-   measured wall time are recorded).
+2. Budgets: registered learner updates per arm (``settings.steps``): equal wall time for the
+   AdamW arms at the step times of an idle machine; the SGD arms all at the SGD method's
+   count (equal updates); ``plain_equal_updates`` at the AdamW method's count.
 3. Language arms from the base on the noisy CPT stream, through the real CLI, per seed (the seed
    sets the stream's order and narratives, the designer's initialisation and every draw):
-   ``vpretrain`` (the method), ``plain``, ``fixed_soft``, ``alignment_reweight`` (baselines),
-   ``feedback_sft`` (breaks the rule: feedback problems mixed into the stream as supervision;
-   reported), ``plain_clean`` (plain on the clean stream: the precondition's reference),
-   ``random_gradient`` (negative control) and ``oracle`` (positive control).
-4. The learner learning rate is tuned for every arm on the same grid, on validation problems.
-5. A smaller vision run (vision_claim.py): DINO-style continued pretraining of a tiny DINOv3
-   with learned views (the method), fixed augmentations and random views (baselines), the
-   designer fed a random direction (negative control).
-6. The precondition: corruption hurts plain CPT, and predicted and realised decreases agree
-   for small steps (``value_agreement``). papers_eval judges.
+   ``vpretrain`` (the method), ``plain``, ``fixed_soft`` (baselines), ``plain_clean`` (plain
+   on the clean stream: the precondition's reference), ``random_gradient`` (negative
+   control), ``oracle`` and ``in_family`` (positive controls), and the SGD twins of the
+   method, plain, the negative and the in-family control (``SGD_TWIN``).
+4. The learner learning rate is tuned for every arm on grids of equal width, on validation
+   problems of the first seed; ``--replicate`` keeps those rates on the replication seeds.
+5. The precondition: corruption hurts plain CPT, and predicted and realised decreases agree
+   for small SGD steps (``value_agreement``). papers_eval judges; a verdict that is not
+   ``held`` gets the budget evidence (1x and 2x steps) and a diagnosis (``diagnose``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +36,10 @@ from lightning.pytorch import Callback
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval.claim_record import Replication
+from papers_eval.diagnosis import finding
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
+from papers_eval.mechanism import budget_evidence
 from papers_eval.record import code_revision
 from vpretrain import core, evaluation
 from vpretrain.cli import VPretrainCLI
@@ -46,26 +49,35 @@ from vpretrain.model import VPretrainModule
 PROJECT_DIR = project_dir_of(__file__)
 CLAIM_FILE = PROJECT_DIR / "configs" / "claim.yaml"
 JOBS_DIR = PROJECT_DIR.parents[1] / "runs" / "v-pretraining" / "jobs"
-# The checkpoints later jobs start from (the language base, a vision base per seed), named by a
-# digest of their content: the jobs name the digest in their params, so a job's cache key
-# changes when its base does, and a worker process finds the file by it.
+# The checkpoint later jobs start from (the language base), named by a digest of its content:
+# the jobs name the digest in their params, so a job's cache key changes when its base does, and
+# a worker process finds the file by it.
 INPUTS_DIR = PROJECT_DIR.parents[1] / "runs" / "v-pretraining" / "inputs"
 LANGUAGE = {  # subject -> its CLI overrides on top of the CPT settings
     "vpretrain": {"model.arm": "vpretrain"},
     "random_gradient": {"model.arm": "random_gradient"},
     "plain": {"model.arm": "plain"},
     "fixed_soft": {"model.arm": "fixed_soft"},
-    "alignment_reweight": {"model.arm": "alignment_reweight"},
-    "feedback_sft": {"model.arm": "plain", "data.mix_feedback": True},
     "oracle": {"model.arm": "oracle"},
+    "in_family": {"model.arm": "in_family"},
     "plain_clean": {"model.arm": "plain", "data.stream": "clean"},
+    # plain at the method's number of updates (equal updates, reported beside equal time)
+    "plain_equal_updates": {"model.arm": "plain"},
+    # the learner on SGD, where the value's step is the learner's step; all at equal updates
+    "vpretrain_sgd": {"model.arm": "vpretrain", "model.optimizer": "sgd"},
+    "plain_sgd": {"model.arm": "plain", "model.optimizer": "sgd"},
+    "random_gradient_sgd": {"model.arm": "random_gradient", "model.optimizer": "sgd"},
+    "in_family_sgd": {"model.arm": "in_family", "model.optimizer": "sgd"},
 }
-VISION = {  # subject -> vision arm
-    "vpretrain": "v_views",
-    "random_gradient": "random_direction",
-    "fixed_augment": "fixed_augment",
-    "random_views": "random_views",
+# Subjects of the judged spec -> the run whose answer NLL is their `sgd_test_answer_nll`.
+SGD_TWIN = {
+    "vpretrain": "vpretrain_sgd",
+    "plain": "plain_sgd",
+    "random_gradient": "random_gradient_sgd",
+    "in_family": "in_family_sgd",
 }
+SGD_ARMS = tuple(SGD_TWIN.values())
+SUBJECTS = tuple(LANGUAGE)
 LANGUAGE_METRICS = (
     "test_answer_nll",
     "test_prose_nll",
@@ -76,8 +88,10 @@ LANGUAGE_METRICS = (
     "steps",
     "tokens",
     "wall_s",
+    "sgd_test_answer_nll",
+    "sgd_test_prose_nll",
+    "sgd_steps",
 )
-VISION_METRICS = ("vision_seg", "vision_depth_rmse", "vision_probe_correct", "vision_steps")
 
 
 def _flags(settings: dict[str, Any]) -> list[str]:
@@ -95,6 +109,7 @@ class Curve(Callback):
 
     def __init__(self, every: int) -> None:
         self.every, self.points, self.initial_designer = every, [], None
+        self.designer_trace: list[dict[str, float]] = []
         self.training_s, self._since = 0.0, None
 
     def on_train_start(self, trainer, module) -> None:
@@ -112,20 +127,12 @@ class Curve(Callback):
             nll = float(evaluation.answer_nll(module, self.problems).mean())
             module.train()
             self.points.append((self.training_s, nll))
-
-
-class StepTimer(Callback):
-    """Seconds per learner step after ``warmup`` steps."""
-
-    def __init__(self, warmup: int = 2) -> None:
-        self.warmup, self.times, self._since = warmup, [], None
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        self._since = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step > self.warmup:
-            self.times.append(time.perf_counter() - self._since)
+            if module.designer is not None:  # lambda, score scale, score entropy, D's spread
+                logged = trainer.callback_metrics
+                self.designer_trace.append(
+                    {"step": trainer.global_step, "val_answer_nll": nll}
+                    | {k[6:]: float(v) for k, v in logged.items() if k.startswith("train/")}
+                )
 
 
 def fit(seed: int, overrides: list[str], callbacks=()) -> Any:
@@ -153,11 +160,9 @@ def language_overrides(settings: dict, subject: str, params: dict, seed: int) ->
 
 
 def run_job(job: tuple, settings: dict, base_path: Path | None) -> dict:
-    """One job: ``("base",)``, ``("time", subject)``, ``("language", subject, params, seed,
-    steps)``, ``("agreement", seed)``, ``("vision_base", seed)`` or ``("vision", arm, seed,
-    steps)``. ``base_path``: the checkpoint a job starts from (the language base, or the vision
-    base of the seed for ``"vision"``). The base returns its scores and the learner's state,
-    a vision base its Lightning checkpoint (the caller stores them in ``INPUTS_DIR``)."""
+    """One job: ``("base",)``, ``("language", subject, params, seed, steps)`` or
+    ``("agreement", seed)``. ``base_path``: the language base a job starts from. The base
+    returns its scores and the learner's state (the caller stores it in ``INPUTS_DIR``)."""
     kind = job[0]
     # The base runs alone (both threads); every other job shares the cores with another worker.
     torch.set_num_threads(settings["workers"] if kind == "base" else 1)
@@ -167,19 +172,6 @@ def run_job(job: tuple, settings: dict, base_path: Path | None) -> dict:
             "score": score(cli.model.eval(), cli.datamodule),
             "learner": cli.model.learner.state_dict(),
         }
-    if kind == "time":
-        timer = StepTimer()
-        steps = settings["timing_steps"]
-        fit(
-            0,
-            language_overrides(settings, job[1], {}, 0)
-            + [
-                f"--model.init_from={base_path}",
-                f"--trainer.max_steps={steps}",
-            ],
-            [timer],
-        )
-        return {"step_time_s": float(np.median(timer.times))}
     if kind == "language":
         _, subject, params, seed, steps = job
         overrides = language_overrides(settings, subject, params, seed)
@@ -197,18 +189,11 @@ def run_job(job: tuple, settings: dict, base_path: Path | None) -> dict:
             training_s=curve.training_s,
             curve=curve.points,
         )
-        if subject in ("vpretrain", "random_gradient"):
+        if module.designer is not None:
             out.update(designer_evidence(curve.initial_designer, module, data, settings))
+            out["designer_trace"] = curve.designer_trace
         return out
-    if kind == "agreement":
-        return value_agreement(job[1], settings, base_path)
-    from vpretrain import vision_claim
-
-    if kind == "vision_base":
-        return vision_claim.pretrain_vision_base(job[1], settings["vision"])
-    _, arm, seed, steps = job
-    base = torch.load(base_path, weights_only=True)
-    return vision_claim.run_vision_arm(arm, base, seed, {**settings["vision"], "steps": steps})
+    return value_agreement(job[1], settings, base_path)
 
 
 def score(module: VPretrainModule, data: VPretrainDataModule) -> dict:
@@ -236,7 +221,7 @@ def mass_moved(module: VPretrainModule, blocks: dict[str, torch.Tensor], designe
     mixing, scores = designer(out.hidden_states[-1].float(), at)
     q = core.soft_targets(mixing, scores, module.hparams.temperature)
     on_observed = (q * (slots == observed.unsqueeze(-1))).sum(-1)
-    return (1 - on_observed).flatten().numpy(), mixing.flatten().numpy()
+    return (1 - on_observed).flatten().numpy(), mixing.flatten().numpy(), q
 
 
 def designer_evidence(initial_designer, trained, data, settings) -> dict:
@@ -246,8 +231,8 @@ def designer_evidence(initial_designer, trained, data, settings) -> dict:
 
     n = settings["diagnostic_blocks"]
     blocks = {k: v[:n] for k, v in data.train_set.blocks.items()}
-    moved, mixing = mass_moved(trained, blocks)
-    _, mixing_start = mass_moved(trained, blocks, initial_designer)
+    moved, mixing, q = mass_moved(trained, blocks)
+    _, mixing_start, _ = mass_moved(trained, blocks, initial_designer)
     result = blocks["result"][:, 1:].flatten().numpy()
     corrupted = blocks["corrupted"][:, 1:].flatten().numpy()
     auroc = (
@@ -265,12 +250,23 @@ def designer_evidence(initial_designer, trained, data, settings) -> dict:
         "mass_moved_other": float(moved[~result].mean()),
         "mass_auroc": auroc,
         "designer_relative_change": float((after - before).norm() / before.norm()),
+        # mean mass per top-K rank (rank 1 = the learner's top-1) by token class
+        "mass_by_rank": {
+            name: core.mass_by_rank(q, torch.from_numpy(where.reshape(q.shape[:-1]))).tolist()
+            for name, where in (
+                ("corrupted_results", result & corrupted),
+                ("clean_results", result & ~corrupted),
+                ("other", ~result),
+            )
+        },
     }
 
 
 def designer_summary(runs: list[dict]) -> dict[str, list[float]]:
     """The designer evidence of one subject, one value per seed."""
-    keys = [k for k in runs[0] if k.startswith(("mixing", "mass", "designer"))]
+    keys = [
+        k for k in runs[0] if k.startswith(("mixing", "mass", "designer")) and k != "designer_trace"
+    ]
     return {k: [r[k] for r in runs] for k in keys}
 
 
@@ -368,36 +364,24 @@ def as_job(job: tuple, bases: Mapping[str, str]) -> Job:
     kind = job[0]
     if kind == "base":
         return Job("base", 0, {}, kind)
-    if kind == "time":
-        return Job(job[1], 0, {"base": bases["base"]}, kind)
     if kind == "language":
         _, subject, params, seed, steps = job
         return Job(subject, seed, {"params": params, "steps": steps, "base": bases["base"]}, kind)
-    if kind == "agreement":
-        return Job("vpretrain", job[1], {"base": bases["base"]}, kind)
-    if kind == "vision_base":
-        return Job("fixed_augment", job[1], {}, kind)
-    _, arm, seed, steps = job
-    return Job(arm, seed, {"steps": steps, "base": bases[f"vision_base {seed}"]}, kind)
+    return Job("vpretrain", job[1], {"base": bases["base"]}, "agreement")
 
 
 def as_tuple(job: Job) -> tuple:
     """The inverse of ``as_job`` (without the base)."""
     if job.stage == "base":
         return ("base",)
-    if job.stage == "time":
-        return ("time", job.subject)
     if job.stage == "language":
         return ("language", job.subject, job.params["params"], job.seed, job.params["steps"])
-    if job.stage in ("agreement", "vision_base"):
-        return (job.stage, job.seed)
-    return ("vision", job.subject, job.seed, job.params["steps"])
+    return ("agreement", job.seed)
 
 
 def claim_job(job: Job, settings: Mapping[str, Any]) -> dict:
     """One job of the shared runner (top level: worker processes import it by name)."""
-    kind = "vision_base" if job.stage == "vision" else "base"
-    base = input_path(kind, job.params["base"]) if "base" in job.params else None
+    base = input_path("base", job.params["base"]) if "base" in job.params else None
     return run_job(as_tuple(job), dict(settings), base)
 
 
@@ -409,7 +393,7 @@ class Runner:
 
     def __init__(self, settings: dict, options: Mapping[str, Any]) -> None:
         self.settings, self.options, self.cache = settings, dict(options), {}
-        self.bases: dict[str, str] = {}  # "base" / "vision_base <seed>" -> digest (INPUTS_DIR)
+        self.bases: dict[str, str] = {}  # "base" -> its digest (INPUTS_DIR)
         self.jobs: list[JobResult] = []  # every job run or loaded, for the record
 
     def __call__(self, *job) -> dict:
@@ -417,6 +401,9 @@ class Runner:
         if key not in self.cache:
             self.prefetch([job])
         return self.cache[key]
+
+    def has(self, job: tuple) -> bool:
+        return _key(job) in self.cache
 
     def prefetch(self, jobs: list[tuple]) -> None:
         todo = list({_key(j): j for j in jobs if _key(j) not in self.cache}.values())
@@ -435,139 +422,268 @@ class Runner:
             self.cache[_key(job)] = result.value
             if job[0] == "base":
                 self.bases["base"] = store_input("base", result.value["learner"])
-            elif job[0] == "vision_base":
-                self.bases[f"vision_base {job[1]}"] = store_input("vision_base", result.value)
         self.jobs.extend(done)
 
 
+# Subjects without a registered step count take another subject's.
+STEPS_FROM = {
+    "plain_equal_updates": "vpretrain",
+    **{s: "vpretrain_sgd" for s in SGD_ARMS if s != "vpretrain_sgd"},
+}
+PARAMS_FROM = {"plain_equal_updates": "plain"}  # untuned: the learning rate tuned for plain
+COPIED = ("test_answer_nll", "test_prose_nll", "test_pass_at_1", "val_answer_nll", "steps",
+          "tokens", "wall_s")  # fmt: skip
+
+
+def experiment(spec, runner: Runner, tuning=None) -> dict[str, Any]:
+    """Base, timing, tuning (unless ``tuning`` is given: the replication keeps the registered
+    seeds' choice), every subject on every seed of ``spec``; returns results and evidence."""
+    settings = dict(spec.settings)
+    base = runner("base")["score"]
+    # Registered step counts (settings.steps): equal wall time at the step times measured on an
+    # idle machine, fixed before the run so that a loaded machine does not change the budgets.
+    steps = {s: int(n) for s, n in settings["steps"].items()}
+    steps.update({s: steps[ref] for s, ref in STEPS_FROM.items()})
+
+    if tuning is None:
+        grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
+        runner.prefetch(
+            [("language", s, p, spec.seeds[0], steps[s]) for s, grid in grids.items() for p in grid]
+        )
+        tuning = tune(
+            spec, lambda s, p, seed: runner("language", s, p, seed, steps[s])["val_answer_nll"]
+        )
+
+    def params(subject: str) -> dict:
+        return tuning.best[PARAMS_FROM.get(subject, subject)]
+
+    def run(subject: str, seed: int) -> dict:
+        return runner("language", subject, params(subject), seed, steps[subject])
+
+    jobs = [
+        ("language", s, params(s), seed, steps[s]) for s in spec.subjects for seed in spec.seeds
+    ]
+    jobs += [("agreement", seed) for seed in spec.seeds]
+    runner.prefetch(jobs)
+
+    def run_one(subject: str, seed: int) -> dict:
+        r = run(subject, seed)
+        out = {m: float("nan") for m in LANGUAGE_METRICS} | {k: r[k] for k in COPIED}
+        out["perplexity"] = float(np.exp(np.mean(r["test_prose_nll"])))
+        if subject == spec.method:
+            out["value_correlation"] = runner("agreement", seed)["value_correlation"]
+        # The SGD twin's numbers (a subject without one gets NaN: never a passed check).
+        twin = run(SGD_TWIN[subject], seed) if subject in SGD_TWIN else None
+        twin = r if subject in SGD_ARMS else twin
+        if twin is not None:
+            out["sgd_test_answer_nll"] = twin["test_answer_nll"]
+            out["sgd_test_prose_nll"] = twin["test_prose_nll"]
+            out["sgd_steps"] = twin["steps"]
+        else:
+            out["sgd_test_answer_nll"] = np.full_like(r["test_answer_nll"], np.nan)
+            out["sgd_test_prose_nll"] = np.full_like(r["test_prose_nll"], np.nan)
+        return out
+
+    results = run_seeds(spec, run_one)
+    designer_subjects = ("vpretrain", "random_gradient", "vpretrain_sgd", "random_gradient_sgd")
+    evidence = {
+        "base": {k: float(np.mean(v)) for k, v in base.items()},
+        "steps": steps,
+        "designer": {
+            s: designer_summary([run(s, seed) for seed in spec.seeds]) for s in designer_subjects
+        },
+        # lambda, score scale, score entropy and D's spread over the steps of every designer
+        # run of the first seed, tuning runs included (the learning rates' blow-ups)
+        "designer_trace": {
+            f"{s} lr={p.get('lr')}": runner("language", s, p, spec.seeds[0], steps[s])[
+                "designer_trace"
+            ]
+            for s in designer_subjects
+            for p in ([t["params"] for t in tuning.trials.get(s, [])] or [params(s)])
+            if runner.has(("language", s, p, spec.seeds[0], steps[s]))
+        },
+        "agreement_pairs": {seed: runner("agreement", seed)["pairs"] for seed in spec.seeds},
+    }
+    return {"results": results, "tuning": tuning, "evidence": evidence, "steps": steps,
+            "params": params}  # fmt: skip
+
+
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Base, timing, tuning, every subject on every seed, the vision run; judge; write."""
+    """Base, timing, tuning, every subject on every seed; with ``--replicate`` the same checks
+    on the replication seeds (the registered tuning kept); the budget evidence and a diagnosis
+    when the method fails a check; judge; write."""
     parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
     args = parser.parse_args(argv)
-    language = tuple(LANGUAGE)
-    spec = load_claim_spec(
-        CLAIM_FILE,
-        subjects=(*language, "fixed_augment", "random_views"),
-        metrics=(*LANGUAGE_METRICS, *VISION_METRICS),
-        args=args,
-    )
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=LANGUAGE_METRICS, args=args)
     settings = dict(spec.settings)
     start = time.perf_counter()
     options = runner_options(args, default_workers=int(settings.get("workers", 2)))
     runner = Runner(settings, options)
-    base = runner("base")["score"]
-    runner.prefetch([("time", s) for s in language])
-    step_time = {s: runner("time", s)["step_time_s"] for s in language}
-    steps = {s: max(1, int(settings["budget_s"] / step_time[s])) for s in language}
-
-    grids = {s: g for s, g in tuning_grids(spec.tuning, spec.subjects).items() if g != [{}]}
-    runner.prefetch(
-        [("language", s, p, spec.seeds[0], steps[s]) for s, grid in grids.items() for p in grid]
-    )
-    tuning = tune(
-        spec, lambda s, p, seed: runner("language", s, p, seed, steps[s])["val_answer_nll"]
-    )
-    jobs = [
-        ("language", s, tuning.best[s], seed, steps[s]) for s in language for seed in spec.seeds
+    registered = experiment(spec, runner)
+    judgement = judge(spec, registered["results"])
+    replication = None
+    if args.replicate:
+        rspec = spec.for_replication()
+        replicated = experiment(rspec, runner, tuning=registered["tuning"])
+        replication = Replication(rspec, replicated["results"], judge(rspec, replicated["results"]))
+        registered["evidence"]["replication"] = {
+            k: replicated["evidence"][k] for k in ("designer", "agreement_pairs")
+        }
+    judgements = [judgement] + ([replication.judgement] if replication else [])
+    failed = [
+        c.name
+        for c in spec.checks
+        if any(not j.outcomes[spec.method][c.name].passed for j in judgements)
     ]
-    jobs += [("agreement", seed) for seed in spec.seeds]
-    jobs += [("vision_base", seed) for seed in spec.seeds]
-    runner.prefetch(jobs)
-    # The vision arms at equal wall time too: each arm's step time from a short run on the
-    # first seed's base, then steps = vision budget_s / step time.
-    vision = settings["vision"]
-    runner.prefetch(
-        [("vision", arm, spec.seeds[0], vision["timing_steps"]) for arm in VISION.values()]
-    )
-    vision_steps = {
-        arm: max(
-            1,
-            int(
-                vision["budget_s"]
-                / runner("vision", arm, spec.seeds[0], vision["timing_steps"])["step_time_s"]
-            ),
-        )
-        for arm in VISION.values()
-    }
-    runner.prefetch(
-        [("vision", arm, seed, vision_steps[arm]) for arm in VISION.values() for seed in spec.seeds]
-    )
-
-    def run_one(subject: str, seed: int) -> dict:
-        out = {m: float("nan") for m in (*LANGUAGE_METRICS, *VISION_METRICS)}
-        if subject in LANGUAGE:
-            r = runner("language", subject, tuning.best[subject], seed, steps[subject])
-            out.update(
-                {
-                    k: r[k]
-                    for k in (
-                        "test_answer_nll",
-                        "test_prose_nll",
-                        "test_pass_at_1",
-                        "val_answer_nll",
-                        "steps",
-                        "tokens",
-                        "wall_s",
-                    )
-                }
-            )
-            out["perplexity"] = float(np.exp(np.mean(r["test_prose_nll"])))
-            if subject == "vpretrain":
-                out["value_correlation"] = runner("agreement", seed)["value_correlation"]
-        # A subject without a vision run gets NaN per scene (never a passed check).
-        v = runner(
-            "vision",
-            VISION.get(subject, "fixed_augment"),
-            seed,
-            vision_steps[VISION.get(subject, "fixed_augment")],
-        )
-        if subject not in VISION:
-            v = {
-                k: np.full_like(v[k], np.nan)
-                if k in ("seg_miou", "depth_rmse", "probe_correct")
-                else float("nan")
-                for k in v
-            }
-        out.update(
-            vision_seg=v["seg_miou"],
-            vision_depth_rmse=v["depth_rmse"],
-            vision_probe_correct=v["probe_correct"],
-            vision_steps=v["steps"],
-        )
-        return out
-
-    results = run_seeds(spec, run_one)
-    judgement = judge(spec, results)
-    evidence = {
-        "base": {k: float(np.mean(v)) for k, v in base.items()},
-        "step_time_s": step_time,
-        "steps": steps,
-        "vision_steps": vision_steps,
-        "designer": {
-            s: designer_summary(
-                [runner("language", s, tuning.best[s], seed, steps[s]) for seed in spec.seeds]
-            )
-            for s in ("vpretrain", "random_gradient")
-        },
-    }
-    figures = plots(args.out, runner, spec, tuning, steps, language)
+    budget = method_budget(spec, runner, registered) if failed else None
+    figures = plots(args.out, runner, spec, registered)
     write_claim(
         args.out,
         project="v-pretraining",
         spec=spec,
-        results=results,
+        results=registered["results"],
         judgement=judgement,
+        replication=replication,
         config={"settings": settings, "quick": args.quick},
         wall_time_s=time.perf_counter() - start,
-        tuning=tuning,
-        evidence=evidence,
+        tuning=registered["tuning"],
+        evidence=registered["evidence"],
         figures=figures,
         jobs=summarise_jobs(runner.jobs),
+        budget=budget,
+        diagnosis=functools.partial(diagnose, spec=spec),
     )
-    return {"verdict": judgement.verdict, "results": results}
+    return {"verdict": judgement.verdict, "results": registered["results"]}
 
 
-def plots(out, runner, spec, tuning, steps, language) -> list[str]:
+def method_budget(spec, runner: Runner, registered: dict) -> dict[str, Any]:
+    """The budget evidence (papers_eval.mechanism.budget_evidence): the method and plain CPT
+    (the check's first reference) at 1x and 2x their registered steps on the first seed, with
+    each run's training wall time and updates."""
+    seed, steps, params = spec.seeds[0], registered["steps"], registered["params"]
+    multipliers = (1.0, 2.0)
+
+    def job(subject: str, multiplier: float) -> tuple:
+        return ("language", subject, params(subject), seed, int(steps[subject] * multiplier))
+
+    runner.prefetch([job(s, m) for s in ("vpretrain", "plain") for m in multipliers])
+
+    def point(subject: str, multiplier: float, seed: int) -> dict[str, float]:
+        r = runner(*job(subject, multiplier))
+        return {
+            "metric": float(np.mean(r["test_answer_nll"])),
+            "wall_time_s": float(r["training_s"]),
+            "updates": float(r["steps"]),
+        }
+
+    evidence = budget_evidence(
+        point, method=spec.method, rival="plain", goal="lower", seed=seed, multipliers=multipliers
+    )
+    return {"check": "beats_plain_answer_nll", "metric": "test_answer_nll", **evidence}
+
+
+def diagnose(record: dict[str, Any], *, spec) -> list:
+    """Findings for a verdict that is not ``held``, each citing the record's numbers:
+
+    - a control misbehaved (``not shown``): ``check``, citing the control's advantage;
+    - the method passes the SGD check (the value's step is the learner's step) and fails an
+      AdamW check: ``implementation`` (the value models the wrong optimizer);
+    - the method fails the SGD check while the in-family control passes it: ``idea`` (where the
+      value is exact and a member of its family wins, the designer following the value does
+      not find it);
+    - the method loses at equal wall time and also to plain at its own number of updates:
+      the step cost is not the whole loss (``idea`` when the SGD finding says so too, else
+      ``undetermined``), with the budget evidence (the gap at 1x and 2x steps);
+    - anything else: ``undetermined``, citing the method's checks.
+    """
+    if record["verdict"] in ("held", "held, not replicated"):
+        return []
+    method, findings = spec.method, []
+    outcomes = record["outcomes"][method]
+    sgd, plain = "sgd_beats_plain_answer_nll", "beats_plain_answer_nll"
+
+    def cite(subject: str, check: str) -> tuple[str, str]:
+        o = record["outcomes"][subject][check]
+        return (
+            f"outcomes.{subject}.{check}.advantage.estimate",
+            f"{subject} on {check}: {'pass' if o['passed'] else 'fail'}",
+        )
+
+    for control in record["controls"]:
+        if not control["behaved"]:
+            name, negative = control["name"], control["role"] == "negative"
+            judged_on = next(c.checks for c in spec.controls if c.name == name)
+            bad = [c for c in judged_on if record["outcomes"][name][c]["passed"] == negative]
+            findings.append(
+                finding(
+                    "check",
+                    f"the {control['role']} control {name} "
+                    + ("passed" if control["role"] == "negative" else "failed")
+                    + f" {', '.join(bad)}: the miniature cannot decide those checks",
+                    *[cite(name, c) for c in bad],
+                )
+            )
+    sgd_passed = outcomes[sgd]["passed"]
+    if sgd_passed and not all(o["passed"] for o in outcomes.values()):
+        findings.append(
+            finding(
+                "implementation",
+                "under SGD, where the first-order value models the learner's step exactly, the "
+                "method beats plain SGD at equal updates; under AdamW (the value models an SGD "
+                "step the learner does not take) it does not beat plain",
+                cite(method, sgd),
+                cite(method, plain),
+            )
+        )
+    in_family_sgd = record["outcomes"].get("in_family", {}).get(sgd, {}).get("passed")
+    if not sgd_passed and in_family_sgd:
+        findings.append(
+            finding(
+                "idea",
+                "under SGD the value is exact, and a member of the designer's own family "
+                "(lambda_max on the right digit at corrupted positions) beats plain SGD at equal "
+                "updates, but the designer trained on the value does not",
+                cite(method, sgd),
+                cite("in_family", sgd),
+            )
+        )
+    metrics = record["metrics"]
+    if not outcomes[plain]["passed"] and "plain_equal_updates" in metrics:
+        equal = metrics["plain_equal_updates"]["test_answer_nll"]["mean"]
+        ours = metrics[method]["test_answer_nll"]["mean"]
+        if ours > equal:
+            cites = [
+                (f"metrics.{method}.test_answer_nll.mean", "the method at its own updates"),
+                ("metrics.plain_equal_updates.test_answer_nll.mean",
+                 "plain at the method's number of updates"),
+            ]  # fmt: skip
+            if record.get("budget"):
+                cites += [
+                    ("budget.gap.1", "method minus plain (answer NLL), registered steps, seed 0"),
+                    ("budget.gap.2", "the same at twice the steps"),
+                ]
+            findings.append(
+                finding(
+                    "idea" if not sgd_passed and in_family_sgd else "undetermined",
+                    "the method also loses to plain CPT at equal updates (not only at equal "
+                    "wall time, where it gets fewer updates): its targets, not only its step "
+                    "cost, make the learner worse on the answers",
+                    *cites,
+                )
+            )
+    if not findings:
+        failed = [c for c, o in outcomes.items() if not o["passed"]]
+        findings.append(
+            finding(
+                "undetermined",
+                f"the method failed {', '.join(failed)}; no recorded number separates the causes",
+                *[cite(method, c) for c in failed],
+            )
+        )
+    return findings
+
+
+def plots(out, runner, spec, registered: dict) -> list[str]:
     """Downstream loss vs wall time per arm (seed 0), predicted vs realised decrease."""
     import matplotlib
 
@@ -577,9 +693,10 @@ def plots(out, runner, spec, tuning, steps, language) -> list[str]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seed = spec.seeds[0]
+    steps, params = registered["steps"], registered["params"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for s in language:
-        points = runner("language", s, tuning.best[s], seed, steps[s])["curve"]
+    for s in spec.subjects:
+        points = runner("language", s, params(s), seed, steps[s])["curve"]
         if points:
             t, nll = zip(*points, strict=True)
             ax.plot(t, nll, marker="o", label=s)

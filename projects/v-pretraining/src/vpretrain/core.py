@@ -21,6 +21,14 @@ of the log-softmax along the tangent u = P g_down (``log_probs_and_directions``)
                                lambda_t = lambda_max sigmoid(a_t)
     (7) designer loss [R]      -V(q) / scale + kappa KL(q_t || r_t) - mu H(q_t),
                                r_t = the observed token smoothed by epsilon over C_t
+    (8) in-family control      q*_t = (1 - lambda_max) onehot(y_t) + lambda_max onehot(c_t)
+                               where y_t is corrupted and its clean token c_t is in C_t's
+                               top-K; q*_t = onehot(y_t) elsewhere (a member of family (6))
+
+(3) is exact to first order only for the step (2) with P = identity, i.e. plain SGD; under
+AdamW the realised step is not eta g, which is why the claim runs SGD arms beside AdamW ones.
+The value may be restricted to a set of positions (a mask in (1), (3), (7), e.g. the answer
+digits of the stream) as an option.
 
 The designer steps on (7) with D detached (no second-order term through the learner); the
 learner steps on (1) with q detached, so downstream labels never reach its parameters.
@@ -56,6 +64,24 @@ def soft_targets(
     ``mixing`` lambda_t [B, T] in [0, 1]; ``scores`` s_t [B, T, K] over the top-K slots. Slot 0
     gets 1 - lambda_t, the top-K slots share lambda_t by a softmax of s_t / tau."""
     spread = torch.softmax(scores / temperature, dim=-1) * mixing.unsqueeze(-1)  # [B, T, K]
+    return torch.cat([(1.0 - mixing).unsqueeze(-1), spread], dim=-1)
+
+
+def in_family_targets(
+    slots: torch.Tensor, clean: torch.Tensor, corrupted: torch.Tensor, lambda_max: float
+) -> torch.Tensor:
+    """Eq. (8): the in-family positive control's targets over the K+1 slots, [B, T, K+1].
+
+    ``slots`` [B, T, K+1] from eq. (5), ``clean`` [B, T] the right token, ``corrupted`` [B, T]
+    (bool) where the observed token is wrong. Where corrupted and ``clean`` is one of the top-K
+    slots (1..K), lambda_max goes to its first such slot and 1 - lambda_max stays on the observed
+    slot 0; everywhere else the one-hot observed token. This is the member of the designer's
+    family (6) with lambda_t in {0, lambda_max} and all of the top-K mass on one candidate."""
+    hits = slots[..., 1:] == clean.unsqueeze(-1)  # [B, T, K]
+    reachable = corrupted.bool() & hits.any(-1)  # [B, T]
+    first = hits & (hits.cumsum(-1) == 1)  # the first top-K slot holding the clean token
+    mixing = reachable.to(torch.float32) * lambda_max  # [B, T]
+    spread = first.to(torch.float32) * mixing.unsqueeze(-1)  # [B, T, K]
     return torch.cat([(1.0 - mixing).unsqueeze(-1), spread], dim=-1)
 
 
@@ -153,6 +179,23 @@ def adam_preconditioner(
             v_hat = state["exp_avg_sq"] / (1.0 - beta2**step)
             scales[by_id[id(p)]] = 1.0 / (v_hat.sqrt() + eps)
     return scales
+
+
+def mass_by_rank(weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean target mass per top-K rank over the (masked) positions, [K]: sum_k of it is the
+    mean mixing weight lambda_t; ``weights`` [B, T, K+1] from eq. (6), ``mask`` [B, T]."""
+    top = weights[..., 1:].flatten(0, -2)  # [N, K]
+    if mask is None:
+        return top.mean(0)
+    keep = mask.flatten().to(top.dtype)
+    return (top * keep.unsqueeze(-1)).sum(0) / keep.sum().clamp_min(1)
+
+
+def score_entropy(scores: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Mean entropy (nats) of softmax(s_t / tau) over the top-K, the spread eq. (6) gives the
+    moved mass; log K when flat, 0 when on one candidate. ``scores`` [B, T, K]."""
+    log_p = torch.log_softmax(scores / temperature, dim=-1)
+    return -(log_p.exp() * log_p).sum(-1).mean()
 
 
 def designer_regularisers(

@@ -11,6 +11,15 @@
 - ``alignment_reweight``: one-hot targets, tokens weighted by relu(-D_t(y_t)) (LESS-style).
 - ``oracle`` (positive control): one-hot targets with every corrupted number replaced by the
   right one (needs the miniature's annotations).
+- ``in_family`` (positive control): the member of the designer's family (eq. 6) that puts
+  lambda_max on the right digit at corrupted positions when it is in the top-K (eq. 8), 0
+  elsewhere (needs the annotations).
+
+``optimizer``: the learner's AdamW (the paper's setting) or plain SGD, for which the value's
+first-order step (eq. 2 with P = identity) is exactly the step the learner takes.
+``value_positions``: ``all`` (every position counts in the value and the designer's loss) or
+``results`` (only the stream's stated-result digits, the answer-bearing positions; needs the
+miniature's annotations).
 
 The designer's optimizer is a plain torch optimizer owned by the module (its state goes into the
 checkpoint): Lightning's ``global_step`` then counts learner steps only. The designer exists in
@@ -30,7 +39,15 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from papers_cli import ConfigError, init_arguments
 from vpretrain import baselines, core, formats
 
-Arm = Literal["vpretrain", "random_gradient", "plain", "fixed_soft", "alignment_reweight", "oracle"]
+Arm = Literal[
+    "vpretrain",
+    "random_gradient",
+    "plain",
+    "fixed_soft",
+    "alignment_reweight",
+    "oracle",
+    "in_family",
+]
 VALUED_ARMS = ("vpretrain", "random_gradient", "alignment_reweight")
 DESIGNER_ARMS = ("vpretrain", "random_gradient")
 Attention = Literal["eager", "sdpa", "flash_attention_2"]
@@ -100,6 +117,8 @@ class VPretrainModule(LightningModule):
         feedback_batch: PositiveInt = 128,
         gradient_ema: NonNegativeFloat = 0.5,
         preconditioner: Literal["adam", "identity"] = "identity",
+        optimizer: Literal["adamw", "sgd"] = "adamw",
+        value_positions: Literal["all", "results"] = "all",
         max_new_tokens: PositiveInt = 6,
         attn_implementation: Attention = "eager",
     ):
@@ -130,6 +149,8 @@ class VPretrainModule(LightningModule):
 
     # -- optimizers and state ---------------------------------------------------------------
     def configure_optimizers(self):
+        if self.hparams.optimizer == "sgd":
+            return torch.optim.SGD(self.learner.parameters(), lr=self.hparams.lr)
         return torch.optim.AdamW(
             self.learner.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
@@ -138,11 +159,17 @@ class VPretrainModule(LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if self.feedback is None and datamodule is not None:
             self.feedback = datamodule.feedback
-        if self.hparams.arm == "oracle" and getattr(datamodule, "real", False):
-            raise ConfigError(
-                "--model.arm oracle needs the miniature's annotations of corrupted numbers; "
-                "real corpora have none."
-            )
+        if getattr(datamodule, "real", False):
+            if self.hparams.arm in ("oracle", "in_family"):
+                raise ConfigError(
+                    f"--model.arm {self.hparams.arm} needs the miniature's annotations of "
+                    "corrupted numbers; real corpora have none."
+                )
+            if self.hparams.value_positions == "results":
+                raise ConfigError(
+                    "--model.value_positions results needs the miniature's annotations of "
+                    "stated results; real corpora have none: use all."
+                )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.designer_optimizer is not None:
@@ -209,9 +236,10 @@ class VPretrainModule(LightningModule):
         return {name: scales[name] * g for name, g in self.downstream_gradient.items()}
 
     # -- one training step ------------------------------------------------------------------
-    def designed_targets(self, inputs, observed):
+    def designed_targets(self, inputs, observed, positions=None):
         """Eq. (4)-(7): (slots, q, D at the slots, the designer's loss, logs); q still carries
-        the designer's graph (the caller detaches it for the learner)."""
+        the designer's graph (the caller detaches it for the learner). ``positions`` [B, T]:
+        the positions the value and the regularisers count (None: all)."""
         h = self.hparams
         named = dict(self.learner.named_parameters())
         log_probs, directions, hidden = core.log_probs_and_directions(
@@ -224,16 +252,19 @@ class VPretrainModule(LightningModule):
             return slots, at, d_at, None, {}
         mixing, scores = self.designer(hidden.detach().float(), at.detach())
         q = core.soft_targets(mixing, scores, h.temperature)
-        value = core.predicted_decrease(q, d_at, h.lr)
+        value = core.predicted_decrease(q, d_at, h.lr, positions)
         # Eq. (7): the value in units of the batch's spread of D, so kappa and mu are scale-free.
         scale = d_at.std().clamp_min(1e-12).detach()
-        kl, entropy = core.designer_regularisers(q, h.smoothing)
+        kl, entropy = core.designer_regularisers(q, h.smoothing, positions)
         objective = value / (h.lr * scale)
         designer_loss = -objective + h.kappa * kl - h.mu * entropy
         logs = {
             "value": value.detach(),
             "mixing": mixing.detach().mean(),
             "designer_kl": kl.detach(),
+            "d_scale": scale,
+            "score_scale": self.designer.score_scale.detach(),
+            "score_entropy": core.score_entropy(scores.detach(), h.temperature),
         }
         return slots, q, d_at, designer_loss, logs
 
@@ -246,7 +277,8 @@ class VPretrainModule(LightningModule):
         if h.arm in VALUED_ARMS and (step % h.refresh_every == 0 or not self.downstream_gradient):
             self.refresh_downstream_gradient(step)
         if h.arm in ("vpretrain", "random_gradient"):
-            slots, q, _, designer_loss, logs = self.designed_targets(inputs, observed)
+            positions = batch["result"][:, 1:] if h.value_positions == "results" else None
+            slots, q, _, designer_loss, logs = self.designed_targets(inputs, observed, positions)
             log_probs = self.learner_log_probs(inputs)
             loss = core.soft_cross_entropy(log_probs.gather(-1, slots), q.detach())
         elif h.arm == "alignment_reweight":
@@ -262,6 +294,13 @@ class VPretrainModule(LightningModule):
             slots = core.candidates(log_probs, observed, h.top_k)
             at = log_probs.gather(-1, slots)
             loss = core.soft_cross_entropy(at, baselines.fixed_soft_targets(at, h.fixed_mixing))
+        elif h.arm == "in_family":
+            log_probs = self.learner_log_probs(inputs)
+            slots = core.candidates(log_probs, observed, h.top_k)
+            q = core.in_family_targets(
+                slots, batch["clean_ids"][:, 1:], batch["corrupted"][:, 1:], h.lambda_max
+            )
+            loss = core.soft_cross_entropy(log_probs.gather(-1, slots), q)
         else:  # plain, oracle
             targets = batch["clean_ids"][:, 1:] if h.arm == "oracle" else observed
             log_probs = self.learner_log_probs(inputs)
