@@ -104,6 +104,127 @@ def test_training_loss_is_eq_4_to_7_by_hand(default_model_and_batch):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.parametrize(
+    "prediction, coupling, project",
+    [
+        ("endpoint", "nearest", True),
+        ("endpoint", "nearest", False),
+        ("velocity", "nearest", True),
+        ("velocity", "nearest", False),
+        ("endpoint_softmax", "independent", True),
+    ],
+)
+def test_training_loss_of_the_other_objectives_by_hand(
+    default_model_and_batch, prediction, coupling, project
+):
+    """The labelled alternatives to the default objective, through the same module and network
+    (their net is the default's: only the loss differs): the linear endpoint with its projected
+    squared error, the velocity form of Eq. (7), each with and without the projector, and the
+    independent coupling (a valid order drawn uniformly, after x0 and t)."""
+    model, batch = default_model_and_batch
+    batch = with_two_valid_orders(batch)
+    hp = model.hparams
+    saved = (hp.prediction, hp.coupling, hp.project)
+    hp.prediction, hp.coupling, hp.project = prediction, coupling, project
+    try:
+        n, sigma = hp.n, hp.sigma
+        b = len(batch["num_valid"])
+        torch.manual_seed(11)
+        loss = model.training_loss(batch)
+
+        torch.manual_seed(11)  # G for x0, u for t, then (independent coupling) u for the order
+        h = centring(n)
+        x0 = 1.0 / n + h @ (sigma * torch.randn(b, n, n)) @ h  # Eq. (4)
+        t = torch.rand(b) ** 2
+        targets = one_hot_targets(batch)
+        if coupling == "nearest":
+            x1, _ = nearest_valid(x0, targets, batch["num_valid"])
+        else:
+            chosen = (torch.rand(b) * 2).long()  # two valid orders per sequence
+            assert 0 < int(chosen.sum()) < b
+            x1 = targets[torch.arange(b), chosen]
+        x_t = (1 - t.view(-1, 1, 1)) * x0 + t.view(-1, 1, 1) * x1
+        with torch.no_grad():
+            output = model.net(model.net.encode_items(batch["condition"]), x_t, t)
+
+        def projected(v):
+            return h @ v @ h if project else v
+
+        if prediction == "endpoint":
+            expected = projected(output - x1).pow(2).mean()
+        elif prediction == "velocity":
+            expected = (projected(output) - (x1 - x0)).pow(2).mean()
+        else:
+            expected = -(x1 * torch.log_softmax(output, dim=-1)).sum() / (b * n)
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    finally:
+        hp.prediction, hp.coupling, hp.project = saved
+
+
+@pytest.mark.parametrize(
+    "method, loss_kind", [("sinkhorn", "mse"), ("sinkhorn", "ce"), ("gumbel_sinkhorn", "mse")]
+)
+def test_training_loss_of_the_sinkhorn_baselines_by_hand(
+    default_model_and_batch, method, loss_kind
+):
+    """The baselines' training step: one valid order drawn uniformly as the label, Sinkhorn
+    normalisation of the network's logits / tau (Gumbel-Sinkhorn: of (logits + g) / tau, with
+    tau at its start value outside a fit), and the MSE or cross-entropy to the label."""
+    from permflow.model import PermutationModel
+
+    _, batch = default_model_and_batch
+    batch = with_two_valid_orders(batch)
+    torch.manual_seed(0)
+    model = PermutationModel(
+        method=method, width=16, image_dim=16, channels=(4, 8), sinkhorn_tau=0.7,
+        sinkhorn_iters=5, sinkhorn_loss=loss_kind,
+    )  # fmt: skip
+    n, b, tau = model.hparams.n, len(batch["num_valid"]), 0.7
+    torch.manual_seed(5)
+    loss = model.training_loss(batch)
+
+    torch.manual_seed(5)  # u for the label first, then (Gumbel) the noise
+    chosen = (torch.rand(b) * 2).long()
+    assert 0 < int(chosen.sum()) < b
+    label = one_hot_targets(batch)[torch.arange(b), chosen]
+    with torch.no_grad():
+        logits = model.net(model.net.encode_items(batch["condition"]))
+    if method == "gumbel_sinkhorn":
+        u = torch.rand(b, n, n)
+        logits = logits - torch.log(-torch.log(u + 1e-10) + 1e-10)
+    log_s = logits / tau
+    for _ in range(5):
+        log_s = log_s - torch.logsumexp(log_s, dim=-1, keepdim=True)
+        log_s = log_s - torch.logsumexp(log_s, dim=-2, keepdim=True)
+    if loss_kind == "mse":
+        expected = (log_s.exp() - label).pow(2).mean()
+    else:
+        expected = -(label * log_s).sum() / (b * n)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("sampling", ["early", "uniform", "logit_normal"])
+def test_draw_training_noise_draws_t_by_the_named_law(default_model_and_batch, sampling):
+    """t = u^2 (default), t = u, or t = sigmoid(z) with z standard normal (drawn after u), from
+    the global generator right after the base's G."""
+    model, _ = default_model_and_batch
+    hp = model.hparams
+    saved = hp.time_sampling
+    hp.time_sampling = sampling
+    try:
+        torch.manual_seed(3)
+        x0, t = model.draw_training_noise(64)
+        torch.manual_seed(3)
+        h = centring(hp.n)
+        expected_x0 = 1.0 / hp.n + h @ (hp.sigma * torch.randn(64, hp.n, hp.n)) @ h
+        u = torch.rand(64)
+        expected = {"early": u**2, "uniform": u, "logit_normal": torch.sigmoid(torch.randn(64))}
+        torch.testing.assert_close(x0, expected_x0)
+        torch.testing.assert_close(t, expected[sampling])
+    finally:
+        hp.time_sampling = saved
+
+
 def test_the_base_has_the_law_of_eq_4():
     """x0 = J/n + sigma H G H: mean J/n, entry variance sigma^2 ((n-1)/n)^2, and the covariance
     of two entries of one row -sigma^2 (n-1)/n^2 (H is a symmetric idempotent, H_00 = 1 - 1/n,
