@@ -1,6 +1,8 @@
 import pytest
 import torch
 
+from permflow.cli import train
+
 
 @pytest.fixture(autouse=True)
 def two_threads(tmp_path, monkeypatch):
@@ -30,3 +32,39 @@ def tiny_args(tmp_path):
         "--model.steps=3",
         "--model.num_samples=4",
     ]
+
+
+@pytest.fixture(scope="module")
+def default_model_and_batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("default")
+    args = [
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=1",
+        "--trainer.max_steps=0",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        f"--trainer.default_root_dir={root}",
+        "--data.num_train=16",
+        "--data.num_val=8",
+        "--data.num_test=8",
+        "--data.batch_size=8",
+        "--model.width=16",
+        "--model.image_dim=16",
+        "--model.channels=[4, 8]",
+        "--model.steps=3",
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PAPERS_CACHE_DIR", str(root / "cache"))
+        cli = train(args)
+        batch = next(iter(cli.datamodule.train_dataloader()))
+    model = cli.model.eval()
+    hp = model.hparams
+    assert (hp.method, hp.coupling, hp.prediction, hp.time_sampling, hp.sampler, hp.project) == (
+        "permflow",
+        "nearest",
+        "endpoint_softmax",
+        "early",
+        "euler",
+        True,
+    )  # what default.yaml trains; the hand computations below are of this configuration
+    return model, batch
