@@ -195,3 +195,31 @@ def test_evaluation_hooks_log_the_metrics_of_samples_seeded_by_batch_index(
     log.calls.clear()
     getattr(model, epoch_end)()  # nothing collected: nothing logged
     assert log.calls == []
+
+
+def structure(net: torch.nn.Module) -> tuple:
+    """What a network is built of: its parameters' names and shapes, each attention's number of
+    heads (which no parameter shape shows) and whether it is the flow's network."""
+    shapes = tuple((name, tuple(p.shape)) for name, p in net.state_dict().items())
+    heads = tuple(m.num_heads for m in net.modules() if hasattr(m, "num_heads"))
+    return shapes, heads, getattr(net, "flow", None)
+
+
+@pytest.mark.parametrize("method", ["permflow", "sinkhorn", "gumbel_sinkhorn"])
+def test_the_module_builds_the_network_its_arguments_name(method):
+    """Every size reaches the network (non-default values, so a dropped or swapped argument
+    shows), and only PermFlow gets the flow's network (x_t and t inputs)."""
+    from permflow.networks import AxialNet, SortingNet
+
+    sizes = {"width": 12, "depth": 1, "heads": 3}
+    flow = method == "permflow"
+    sorting = PermutationModel(
+        method=method, n=6, image_dim=8, channels=(4,), digits=2, grid_depth=2, **sizes
+    )
+    expected = SortingNet(6, flow, 12, 1, 3, 8, channels=(4,), digits=2, grid_depth=2)
+    assert structure(sorting.net) == structure(expected)
+    other = SortingNet(6, not flow, 12, 1, 3, 8, channels=(4,), digits=2, grid_depth=2)
+    assert structure(sorting.net) != structure(other)
+    slap = PermutationModel(task="slap", method=method, n=6, **sizes)
+    assert structure(slap.net) == structure(AxialNet(flow, 12, 1, 3))
+    assert structure(slap.net) != structure(AxialNet(not flow, 12, 1, 3))
