@@ -40,7 +40,9 @@ def main() -> None:
         for m in MULTIPLIERS
         for subject, params in SUBJECT_PARAMS.items()
     ]
-    runner.prefit(runs, stage="pilot")
+    # a job's stage is part of its cache key: the 1x runs are the registered run's tuning jobs
+    runner.prefit([r for r in runs if "multiplier" not in r[2]], stage="tune")
+    runner.prefit([r for r in runs if "multiplier" in r[2]], stage="pilot")
     torch.set_num_threads(1)
     out = []
     for (subject, task, params, seed), m in zip(
