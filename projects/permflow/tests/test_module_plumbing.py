@@ -52,10 +52,18 @@ def test_every_constructor_default_is_a_value_train_runs():
         if name != "self"
     }
     assert defaults == expected
+    # What a module built with no arguments stores (the signature alone would not show a default
+    # changed inside a wrapper, e.g. the mutation lane's trampoline).
+    built = {k: v for k, v in dict(PermutationModel().hparams).items() if not k.startswith("_")}
+    assert {k: tuple(v) if isinstance(v, list) else v for k, v in built.items()} == expected
 
 
 def test_width_must_split_into_heads():
-    with pytest.raises(ConfigError, match=r"model.width=18 must be a multiple of model.heads=4"):
+    message = (
+        r"^model.width=18 must be a multiple of model.heads=4 \(each attention head gets "
+        r"width / heads channels\); change one of them$"
+    )
+    with pytest.raises(ConfigError, match=message):
         tiny(width=18)
 
 
@@ -88,6 +96,8 @@ def test_setup_stops_when_the_data_and_the_model_disagree():
     with_datamodule(tiny(), {"num_train": 16}).setup("fit")  # keys it does not share
     model = tiny()
     model._trainer = SimpleNamespace(datamodule=SimpleNamespace())  # no hparams at all
+    model.setup("fit")
+    model._trainer = SimpleNamespace()  # a trainer without a data module (fit on loaders)
     model.setup("fit")
     with pytest.raises(ConfigError, match=r"^data.n=6 but model.n=5; set both to the same value"):
         with_datamodule(tiny(), {"n": 6, "task": "sorting"}).setup("fit")

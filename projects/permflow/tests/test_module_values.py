@@ -130,8 +130,9 @@ def test_training_loss_of_the_sinkhorn_baselines_by_hand(
     default_model_and_batch, method, loss_kind
 ):
     """The baselines' training step: one valid order drawn uniformly as the label, Sinkhorn
-    normalisation of the network's logits / tau (Gumbel-Sinkhorn: of (logits + g) / tau, with
-    tau at its start value outside a fit), and the MSE or cross-entropy to the label."""
+    normalisation of the network's logits / tau (Gumbel-Sinkhorn: of (logits + s g) / tau, with
+    the noise scale s = gumbel_noise and tau at its start value outside a fit), and the MSE or
+    cross-entropy to the label."""
     from permflow.model import PermutationModel
 
     _, batch = default_model_and_batch
@@ -139,7 +140,7 @@ def test_training_loss_of_the_sinkhorn_baselines_by_hand(
     torch.manual_seed(0)
     model = PermutationModel(
         method=method, width=16, image_dim=16, channels=(4, 8), sinkhorn_tau=0.7,
-        sinkhorn_iters=5, sinkhorn_loss=loss_kind,
+        sinkhorn_iters=5, sinkhorn_loss=loss_kind, gumbel_noise=0.5,
     )  # fmt: skip
     n, b, tau = model.hparams.n, len(batch["num_valid"]), 0.7
     torch.manual_seed(5)
@@ -153,7 +154,7 @@ def test_training_loss_of_the_sinkhorn_baselines_by_hand(
         logits = model.net(model.net.encode_items(batch["condition"]))
     if method == "gumbel_sinkhorn":
         u = torch.rand(b, n, n)
-        logits = logits - torch.log(-torch.log(u + 1e-10) + 1e-10)
+        logits = logits - 0.5 * torch.log(-torch.log(u + 1e-10) + 1e-10)  # gumbel_noise 0.5
     log_s = logits / tau
     for _ in range(5):
         log_s = log_s - torch.logsumexp(log_s, dim=-1, keepdim=True)
