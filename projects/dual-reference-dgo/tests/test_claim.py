@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dual_dgo import claim
-from dual_dgo.claim import grid_edges, run_claim_experiment
+from dual_dgo.claim import EDGE_CHECKED, grid_edges, run_claim_experiment
 from papers_eval import load_claim
 from papers_eval.tuning import TuningResult
 
@@ -65,7 +65,7 @@ def test_grid_edges_flag_a_choice_at_either_end_and_say_nothing_for_short_grids(
     }
     tuning = TuningResult(split="val", metric="val_reward", goal="higher", seed=0, trials={},
                           best=best)  # fmt: skip
-    edges = grid_edges(tuning, grids)
+    edges = grid_edges(tuning, grids, EDGE_CHECKED)  # papers_eval's, on the beta
     assert set(edges) == {"dual", "single_reference", "fixed_prior"}  # thresholds not checked
     assert edges["dual"]["at_edge"] is False and edges["single_reference"]["at_edge"] is True
     assert edges["fixed_prior"]["at_edge"] is None

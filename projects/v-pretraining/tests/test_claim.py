@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 
 from papers_eval import load_claim
@@ -36,6 +38,11 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path):
         metrics["vpretrain_sgd"]["test_answer_nll"]["per_seed"]
     )
     assert "mass_auroc" in record["evidence"]["designer"]["vpretrain"]
+    # one rate per arm in the quick grid: every tuned arm is listed, its end unknowable
+    edges = record["evidence"]["tuning_edges"]
+    assert edges["vpretrain_sgd"] == {"param": "lr", "chosen": 0.1, "low": 0.1, "high": 0.1,
+                                      "values": 1, "at_edge": None}  # fmt: skip
+    assert "plain_equal_updates" not in edges and len(edges) == 11
     assert set(record["evidence"]["designer"]["vpretrain"]["mass_by_rank"][0]) == {
         "corrupted_results",
         "clean_results",
@@ -142,3 +149,39 @@ def test_the_diagnosis_names_a_misbehaving_control():
     record["controls"][2]["behaved"] = False
     findings = diagnose(record, spec=spec_for_tests())
     assert findings[0].cause == "check" and "sgd_beats_plain_answer_nll" in findings[0].summary
+
+
+def test_the_diagnosis_reads_the_replication_controls_and_the_grid_edges():
+    """A positive control that misbehaves only on the replication seeds is named with its
+    replication cite; a tuned rate at a grid's end is a `check` finding and turns the family
+    rule's `idea` into `undetermined`; a rate inside its grid says nothing."""
+    from vpretrain.claim import diagnose
+
+    record = fake_record(
+        {"vpretrain": dict.fromkeys(CHECKS, False), "in_family": dict.fromkeys(CHECKS, True)},
+        equal_updates=0.4,
+    )
+    record["verdict"] = "not shown"
+    replicated = copy.deepcopy({k: record[k] for k in ("outcomes", "controls")})
+    replicated["outcomes"]["oracle"] = dict.fromkeys(CHECKS, None) | {
+        "perplexity_guard": {"passed": False, "advantage": {"estimate": -0.02}},
+        "beats_plain_answer_nll": {"passed": True, "advantage": {"estimate": 0.1}},
+        "beats_fixed_soft_answer_nll": {"passed": True, "advantage": {"estimate": 0.1}},
+    }
+    replicated["controls"][1]["behaved"] = False
+    record["replication"] = replicated
+    inside = {"param": "lr", "chosen": 0.003, "low": 0.0003, "high": 0.01, "at_edge": False}
+    record["evidence"] = {"tuning_edges": {"vpretrain": inside, "plain": inside}}
+    findings = diagnose(record, spec=spec_for_tests())
+    assert [f.cause for f in findings] == ["check", "idea"]
+    assert "on the replication seeds" in findings[0].summary
+    assert "perplexity_guard" in findings[0].summary and "beats_plain" not in findings[0].summary
+    paths = [c.path for c in findings[0].evidence]
+    assert paths == ["replication.outcomes.oracle.perplexity_guard.advantage.estimate"]
+    record["evidence"]["tuning_edges"]["vpretrain_sgd"] = inside | {"chosen": 0.01, "at_edge": True}
+    findings = diagnose(record, spec=spec_for_tests())
+    assert [f.cause for f in findings] == ["check", "check", "undetermined"]
+    assert "vpretrain_sgd's tuned lr (0.01) sits at an end of its grid [0.0003, 0.01]" in (
+        findings[1].summary
+    )
+    assert findings[1].evidence[0].path == "evidence.tuning_edges.vpretrain_sgd.chosen"

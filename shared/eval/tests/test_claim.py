@@ -13,6 +13,7 @@ from papers_eval import (
     ClaimSpecError,
     RecordSchemaError,
     contrast_interval,
+    grid_edges,
     judge,
     load_claim,
     load_claim_spec,
@@ -22,6 +23,7 @@ from papers_eval import (
     write_results,
 )
 from papers_eval.claim import check_outcome
+from papers_eval.tuning import TuningResult
 
 SUBJECTS = ("method", "baseline", "broken", "oracle")
 METRICS = ("error", "accuracy")
@@ -446,6 +448,26 @@ def test_tune_gives_every_subject_the_same_grid_and_keeps_the_best(tmp_path):
     assert all(best == {"lr": 2} for best in result.best.values())
     assert result.as_dict()["trials"]["oracle"][0]["params"] == {"lr": 1}
     assert "ties" not in result.as_dict()  # no tie rule declared: records as before
+
+
+def test_grid_edges_say_where_each_choice_sits_and_need_three_values():
+    result = TuningResult(split="val", metric="error", goal="lower", seed=0, trials={},
+                          best={"low": {"lr": 1}, "mid": {"lr": 2}, "high": {"lr": 3, "k": 9},
+                                "pair": {"lr": 2}, "untuned": {}})  # fmt: skip
+    grids = {
+        "low": [{"lr": v} for v in (3, 1, 2)],  # unsorted on purpose
+        "mid": [{"lr": v} for v in (1, 2, 3)],
+        "high": [{"lr": v, "k": 9} for v in (1, 2, 3)] + [{"lr": 3, "k": 8}],  # lr 3 twice
+        "pair": [{"lr": 1}, {"lr": 2}],
+        "untuned": [{}],
+    }
+    edges = grid_edges(result, grids, "lr")
+    assert set(edges) == {"low", "mid", "high", "pair"}  # no lr chosen: left out
+    assert edges["low"] == {"param": "lr", "chosen": 1, "low": 1, "high": 3, "values": 3,
+                            "at_edge": True}  # fmt: skip
+    assert edges["mid"]["at_edge"] is False
+    assert edges["high"]["at_edge"] is True and edges["high"]["values"] == 3
+    assert edges["pair"]["at_edge"] is None and edges["pair"]["values"] == 2
 
 
 def test_a_near_tie_keeps_the_registered_default_and_the_record_says_so(tmp_path):

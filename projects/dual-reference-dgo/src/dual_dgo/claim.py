@@ -65,7 +65,7 @@ from dual_dgo.generate import generate_offline, load_fast_policy
 from dual_dgo.miniature import TaskConfig
 from dual_dgo.model import DualDgoModule, Objective, chosen, summary_metrics
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
-from papers_eval import judge, load_claim_spec, tune, tuning_grids, write_claim
+from papers_eval import grid_edges, judge, load_claim_spec, tune, tuning_grids, write_claim
 from papers_eval.claim_record import Replication
 from papers_eval.diagnosis import finding
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
@@ -91,7 +91,7 @@ K_MAX = 8
 # The grids whose edges are checked: the oracle's thresholds 1..5 end at "always slow" (1) and
 # at 5 digits, past the fast policy's chance level (0.02 from 3 digits on); the betas have no
 # such natural ends.
-EDGE_CHECKED = ("beta",)
+EDGE_CHECKED = "beta"
 METRICS = (
     "fast_rate",
     "slow_rank_correlation",
@@ -354,28 +354,6 @@ def subject_metrics(
     }
 
 
-def grid_edges(tuning, grids: Mapping[str, list[dict]]) -> dict[str, dict[str, Any]]:
-    """For each tuned subject and checked parameter (EDGE_CHECKED): the chosen value, the grid's
-    ends and whether the choice sits on one (None for a grid of fewer than 3 values, where an
-    edge says nothing). The protocol extends a grid whose best value sits at its edge."""
-    out = {}
-    for subject, best in tuning.best.items():
-        for name, chosen_value in best.items():
-            if name not in EDGE_CHECKED:
-                continue
-            values = sorted({params[name] for params in grids[subject]})
-            at_edge = None if len(values) < 3 else chosen_value in (values[0], values[-1])
-            out[subject] = {
-                "param": name,
-                "chosen": chosen_value,
-                "low": values[0],
-                "high": values[-1],
-                "values": len(values),
-                "at_edge": at_edge,
-            }
-    return out
-
-
 def per_prompt_arrays(result: dict[str, Any]) -> dict[str, Any]:
     """One fit's per-prompt arrays as compact lists (P(fast) to 6 decimals)."""
 
@@ -571,7 +549,7 @@ class Experiment:
                 for subject, grid in grids.items()
                 if subject in TRAINED and len(grid) > 1
             },
-            "edges": grid_edges(tuning, grids),
+            "edges": grid_edges(tuning, grids, EDGE_CHECKED),
         }
         if reported:
             out["ablations"] = ablations

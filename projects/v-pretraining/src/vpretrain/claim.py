@@ -35,7 +35,15 @@ import torch
 from lightning.pytorch import Callback
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
-from papers_eval import judge, load_claim_spec, run_seeds, tune, tuning_grids, write_claim
+from papers_eval import (
+    grid_edges,
+    judge,
+    load_claim_spec,
+    run_seeds,
+    tune,
+    tuning_grids,
+    write_claim,
+)
 from papers_eval.claim_record import Replication
 from papers_eval.diagnosis import finding
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
@@ -536,6 +544,9 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         if any(not j.outcomes[spec.method][c.name].passed for j in judgements)
     ]
     budget = method_budget(spec, runner, registered) if failed else None
+    # Where each tuned learning rate sits in its grid (the replication keeps these choices).
+    grids = tuning_grids(spec.tuning, spec.subjects)
+    registered["evidence"]["tuning_edges"] = grid_edges(registered["tuning"], grids, "lr")
     figures = plots(args.out, runner, spec, registered)
     write_claim(
         args.out,
@@ -594,7 +605,13 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     - the method loses at equal wall time and also to plain at its own number of updates:
       the step cost is not the whole loss (``idea`` when the SGD finding says so too, else
       ``undetermined``), with the budget evidence (the gap at 1x and 2x steps);
+    - a tuned learning rate on an end of its grid (``evidence.tuning_edges``): ``check`` (the
+      grid must be extended before the comparison is fair), and no ``idea`` finding while the
+      method's own rate (AdamW or SGD) sits on an edge;
     - anything else: ``undetermined``, citing the method's checks.
+
+    Misbehaving controls are read on the registered seeds and, after ``--replicate``, on the
+    replication seeds too (cited under ``replication.outcomes``).
     """
     if record["verdict"] in ("held", "held, not replicated"):
         return []
@@ -602,27 +619,45 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     outcomes = record["outcomes"][method]
     sgd, plain = "sgd_beats_plain_answer_nll", "beats_plain_answer_nll"
 
-    def cite(subject: str, check: str) -> tuple[str, str]:
-        o = record["outcomes"][subject][check]
+    def cite(subject: str, check: str, where: str = "") -> tuple[str, str]:
+        o = (record.get("replication") or {} if where else record)["outcomes"][subject][check]
         return (
-            f"outcomes.{subject}.{check}.advantage.estimate",
+            f"{where}outcomes.{subject}.{check}.advantage.estimate",
             f"{subject} on {check}: {'pass' if o['passed'] else 'fail'}",
         )
 
-    for control in record["controls"]:
-        if not control["behaved"]:
+    seed_sets = [("", record, "")]
+    if (record.get("replication") or {}).get("controls"):
+        seed_sets.append(("replication.", record["replication"], " on the replication seeds"))
+    for where, judged, seeds_text in seed_sets:
+        for control in judged["controls"]:
+            if control["behaved"]:
+                continue
             name, negative = control["name"], control["role"] == "negative"
             judged_on = next(c.checks for c in spec.controls if c.name == name)
-            bad = [c for c in judged_on if record["outcomes"][name][c]["passed"] == negative]
+            bad = [c for c in judged_on if judged["outcomes"][name][c]["passed"] == negative]
             findings.append(
                 finding(
                     "check",
                     f"the {control['role']} control {name} "
                     + ("passed" if control["role"] == "negative" else "failed")
-                    + f" {', '.join(bad)}: the miniature cannot decide those checks",
-                    *[cite(name, c) for c in bad],
+                    + f" {', '.join(bad)}{seeds_text}: the miniature cannot decide those checks",
+                    *[cite(name, c, where) for c in bad],
                 )
             )
+    edges = (record.get("evidence") or {}).get("tuning_edges") or {}
+    for subject, edge in edges.items():
+        if edge["at_edge"]:
+            findings.append(
+                finding(
+                    "check",
+                    f"{subject}'s tuned {edge['param']} ({edge['chosen']:g}) sits at an end of "
+                    f"its grid [{edge['low']:g}, {edge['high']:g}]: the grid must be extended "
+                    "before the comparison is fair",
+                    (f"evidence.tuning_edges.{subject}.chosen", f"{subject}'s chosen rate"),
+                )
+            )
+    method_at_edge = any(edges.get(s, {}).get("at_edge") for s in (method, f"{method}_sgd"))
     sgd_passed = outcomes[sgd]["passed"]
     if sgd_passed and not all(o["passed"] for o in outcomes.values()):
         findings.append(
@@ -639,7 +674,7 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     if not sgd_passed and in_family_sgd:
         findings.append(
             finding(
-                "idea",
+                "undetermined" if method_at_edge else "idea",
                 "under SGD the value is exact, and a member of the designer's own family "
                 "(lambda_max on the right digit at corrupted positions) beats plain SGD at equal "
                 "updates, but the designer trained on the value does not",
@@ -664,7 +699,9 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                 ]
             findings.append(
                 finding(
-                    "idea" if not sgd_passed and in_family_sgd else "undetermined",
+                    "idea"
+                    if not sgd_passed and in_family_sgd and not method_at_edge
+                    else "undetermined",
                     "the method also loses to plain CPT at equal updates (not only at equal "
                     "wall time, where it gets fewer updates): its targets, not only its step "
                     "cost, make the learner worse on the answers",

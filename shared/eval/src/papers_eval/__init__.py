@@ -82,6 +82,7 @@ _EXPORTS = {
     "markdown_table": "table",
     # papers_eval.tuning
     "TuningResult": "tuning",
+    "grid_edges": "tuning",
     "tune": "tuning",
     "tuning_grids": "tuning",
 }
@@ -144,7 +145,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the eager imports
     )
     from papers_eval.stats import Interval, bootstrap_ci, contrast_interval, pareto_front
     from papers_eval.table import format_value, markdown_table
-    from papers_eval.tuning import TuningResult, tune, tuning_grids
+    from papers_eval.tuning import TuningResult, grid_edges, tune, tuning_grids
 
 __all__ = [
     "CAUSES",
@@ -178,6 +179,7 @@ __all__ = [
     "code_revision",
     "format_value",
     "git_revision",
+    "grid_edges",
     "hardware_info",
     "judge",
     "line_plot",

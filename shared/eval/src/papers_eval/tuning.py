@@ -167,3 +167,27 @@ def tune(
         best=best,
         ties=ties if tie is not None else None,
     )
+
+
+def grid_edges(
+    tuning: TuningResult, grids: Mapping[str, list[dict[str, Any]]], param: str
+) -> dict[str, dict[str, Any]]:
+    """Where each subject's tuned ``param`` sits in its grid: the chosen value, the grid's ends,
+    its size and ``at_edge`` (None for a grid of fewer than 3 values, where an end says
+    nothing). The protocol extends a grid whose best value sits on an end before it judges a
+    comparison. Subjects without ``param`` in their choice are left out."""
+    out = {}
+    for subject, best in tuning.best.items():
+        if param not in best:
+            continue
+        values = sorted({params[param] for params in grids[subject]})
+        chosen = best[param]
+        out[subject] = {
+            "param": param,
+            "chosen": chosen,
+            "low": values[0],
+            "high": values[-1],
+            "values": len(values),
+            "at_edge": None if len(values) < 3 else chosen in (values[0], values[-1]),
+        }
+    return out
