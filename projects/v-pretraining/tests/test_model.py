@@ -6,40 +6,6 @@ import pytest
 import torch
 
 from vpretrain import core
-from vpretrain.data import VPretrainDataModule
-from vpretrain.model import VPretrainModule
-
-SMALL = dict(hidden_size=32, layers=1, heads=2, top_k=4, feedback_batch=16, refresh_every=2)
-
-
-@pytest.fixture(scope="module")
-def data():
-    dm = VPretrainDataModule(
-        block_size=16,
-        batch_size=4,
-        n_feedback=32,
-        n_val=16,
-        n_test=16,
-        perplexity_blocks=4,
-        arithmetic_share=0.4,
-    )
-    dm.setup()
-    return dm
-
-
-def module_for(data, arm="vpretrain", **overrides):
-    torch.manual_seed(0)
-    module = VPretrainModule(arm=arm, vocab_size=data.vocab_size, **{**SMALL, **overrides})
-    module.feedback = data.feedback
-    optimizer = module.configure_optimizers()
-    module.optimizers = lambda: optimizer  # a step outside a Trainer
-    module.manual_backward = lambda loss: loss.backward()
-    module.log = lambda *args, **kwargs: None
-    return module, optimizer
-
-
-def batch_of(data, index=0):
-    return {k: v[index * 4 : (index + 1) * 4] for k, v in data.train_set.blocks.items()}
 
 
 def designer_value(module, batch):
@@ -48,10 +14,10 @@ def designer_value(module, batch):
     return core.predicted_decrease(q, d_at, module.hparams.lr).item()
 
 
-def test_a_designer_step_raises_the_value_of_its_targets(data):
-    module, _ = module_for(data, designer_lr=1e-2, kappa=0.0)
+def test_a_designer_step_raises_the_value_of_its_targets(data, tools):
+    module, _ = tools.module_for(data, designer_lr=1e-2, kappa=0.0)
     module.refresh_downstream_gradient(0)
-    batch = batch_of(data)
+    batch = tools.batch_of(data)
     before = designer_value(module, batch)
     inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
     for _ in range(3):
@@ -63,8 +29,8 @@ def test_a_designer_step_raises_the_value_of_its_targets(data):
     assert after > before + 1e-3 * abs(before)
 
 
-def test_no_downstream_gradient_reaches_the_learner(data, monkeypatch):
-    module, optimizer = module_for(data)
+def test_no_downstream_gradient_reaches_the_learner(data, tools, monkeypatch):
+    module, optimizer = tools.module_for(data)
     module.refresh_downstream_gradient(0)
     assert all(p.grad is None for p in module.learner.parameters())
     assert module.downstream_gradient  # the cached g_down
@@ -86,7 +52,7 @@ def test_no_downstream_gradient_reaches_the_learner(data, monkeypatch):
         step()
 
     optimizer.step = record_then_step
-    batch = batch_of(data, 1)
+    batch = tools.batch_of(data, 1)
     module.training_step(batch, 0)
     q = recorded["weights"]
     assert not q.requires_grad  # the learner's targets are detached
@@ -117,18 +83,18 @@ def test_no_downstream_gradient_reaches_the_learner(data, monkeypatch):
         "vpretrain",
     ],
 )
-def test_every_arm_takes_a_finite_step_that_moves_the_learner(data, arm):
-    module, _ = module_for(data, arm=arm)
+def test_every_arm_takes_a_finite_step_that_moves_the_learner(data, tools, arm):
+    module, _ = tools.module_for(data, arm=arm)
     before = torch.cat([p.detach().flatten().clone() for p in module.learner.parameters()])
-    loss = module.training_step(batch_of(data, 2), 0)
+    loss = module.training_step(tools.batch_of(data, 2), 0)
     after = torch.cat([p.detach().flatten() for p in module.learner.parameters()])
     assert torch.isfinite(loss) and not torch.equal(before, after)
     assert (module.designer is not None) == (arm in ("vpretrain", "random_gradient"))
 
 
-def test_the_random_gradient_control_keeps_the_norm_and_loses_the_direction(data):
-    true, _ = module_for(data)
-    control, _ = module_for(data, arm="random_gradient")
+def test_the_random_gradient_control_keeps_the_norm_and_loses_the_direction(data, tools):
+    true, _ = tools.module_for(data)
+    control, _ = tools.module_for(data, arm="random_gradient")
     true.refresh_downstream_gradient(0)
     control.refresh_downstream_gradient(0)
     a = torch.cat([g.flatten() for g in true.downstream_gradient.values()])
@@ -137,7 +103,7 @@ def test_the_random_gradient_control_keeps_the_norm_and_loses_the_direction(data
     assert abs(torch.nn.functional.cosine_similarity(a, b, dim=0).item()) < 0.05
 
 
-def test_the_oracle_targets_are_the_right_answers(data):
+def test_the_oracle_targets_are_the_right_answers(data, tools):
     blocks = data.train_set.blocks
     corrupted = blocks["corrupted"]
     assert corrupted.any() and (blocks["ids"][corrupted] != blocks["clean_ids"][corrupted]).all()
@@ -145,16 +111,8 @@ def test_the_oracle_targets_are_the_right_answers(data):
     assert (blocks["result"] | ~corrupted).all()  # only answer digits are ever corrupted
 
 
-def corrupted_batch(data):
-    """The first batch of 4 blocks holding a corrupted answer digit."""
-    corrupted = data.train_set.blocks["corrupted"][:, 1:]
-    whole = corrupted[: len(corrupted) // 4 * 4].reshape(-1, 4 * corrupted.shape[1])
-    index = int(torch.nonzero(whole.any(-1))[0])
-    return batch_of(data, index)
-
-
-def test_the_in_family_arm_trains_on_lambda_max_at_the_right_digit(data, monkeypatch):
-    module, _ = module_for(data, arm="in_family", lambda_max=0.9)
+def test_the_in_family_arm_trains_on_lambda_max_at_the_right_digit(data, tools, monkeypatch):
+    module, _ = tools.module_for(data, arm="in_family", lambda_max=0.9)
     recorded = {}
     original = core.soft_cross_entropy
 
@@ -163,7 +121,7 @@ def test_the_in_family_arm_trains_on_lambda_max_at_the_right_digit(data, monkeyp
         return original(at, weights, mask)
 
     monkeypatch.setattr(core, "soft_cross_entropy", spy)
-    batch = corrupted_batch(data)
+    batch = tools.corrupted_batch(data)
     inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
     clean, corrupted = batch["clean_ids"][:, 1:], batch["corrupted"][:, 1:]
     # An untrained learner rarely ranks the right digit in its top-K: lift it at the first
@@ -192,14 +150,14 @@ def test_the_in_family_arm_trains_on_lambda_max_at_the_right_digit(data, monkeyp
     assert torch.allclose(recorded["at"].detach(), log_probs.gather(-1, slots), atol=1e-6)
 
 
-def test_the_sgd_learner_takes_exactly_the_step_the_value_models(data):
+def test_the_sgd_learner_takes_exactly_the_step_the_value_models(data, tools):
     """With optimizer=sgd the learner's step is theta - eta grad L_ssl (eq. 2, P = identity),
     so the realised decrease of the feedback loss matches the value of eq. (3)."""
-    module, optimizer = module_for(data, optimizer="sgd", lr=1e-2, refresh_every=1000)
+    module, optimizer = tools.module_for(data, optimizer="sgd", lr=1e-2, refresh_every=1000)
     assert isinstance(optimizer, torch.optim.SGD)
     module.refresh_downstream_gradient(0)
     feedback = module.feedback_minibatch(0)  # the minibatch g_down was taken on
-    batch = batch_of(data, 3)
+    batch = tools.batch_of(data, 3)
     inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
     _, q, d_at, _, _ = module.designed_targets(inputs, observed)
     predicted = core.predicted_decrease(q.detach(), d_at, module.hparams.lr).item()
@@ -211,9 +169,9 @@ def test_the_sgd_learner_takes_exactly_the_step_the_value_models(data):
     assert predicted != 0 and realised == pytest.approx(predicted, rel=0.1)
 
 
-def test_the_sgd_step_is_minus_lr_times_the_gradient(data):
-    module, optimizer = module_for(data, arm="plain", optimizer="sgd", lr=0.5)
-    batch = batch_of(data, 4)
+def test_the_sgd_step_is_minus_lr_times_the_gradient(data, tools):
+    module, optimizer = tools.module_for(data, arm="plain", optimizer="sgd", lr=0.5)
+    batch = tools.batch_of(data, 4)
     before = {n: p.detach().clone() for n, p in module.learner.named_parameters()}
     inputs, observed = batch["ids"][:, :-1], batch["ids"][:, 1:]
     nll = -module.learner_log_probs(inputs).gather(-1, observed.unsqueeze(-1)).mean()
@@ -223,8 +181,8 @@ def test_the_sgd_step_is_minus_lr_times_the_gradient(data):
         assert torch.allclose(p.detach(), before[n] - 0.5 * g, atol=1e-6), n
 
 
-def test_answer_positions_restrict_the_value_to_the_stated_results(data, monkeypatch):
-    module, _ = module_for(data, value_positions="results")
+def test_answer_positions_restrict_the_value_to_the_stated_results(data, tools, monkeypatch):
+    module, _ = tools.module_for(data, value_positions="results")
     recorded = []
     original = core.predicted_decrease
 
@@ -233,10 +191,10 @@ def test_answer_positions_restrict_the_value_to_the_stated_results(data, monkeyp
         return original(weights, directions, lr, mask)
 
     monkeypatch.setattr(core, "predicted_decrease", spy)
-    batch = corrupted_batch(data)
+    batch = tools.corrupted_batch(data)
     module.training_step(batch, 0)
     assert torch.equal(recorded[0], batch["result"][:, 1:])
-    everywhere, _ = module_for(data)
+    everywhere, _ = tools.module_for(data)
     recorded.clear()
     everywhere.training_step(batch, 0)
     assert recorded[0] is None
