@@ -185,3 +185,15 @@ def test_the_diagnosis_reads_the_replication_controls_and_the_grid_edges():
         findings[1].summary
     )
     assert findings[1].evidence[0].path == "evidence.tuning_edges.vpretrain_sgd.chosen"
+    assert "low end" not in findings[1].summary  # chosen at the high end
+    low = inside | {"chosen": 0.0003, "at_edge": True}
+    record["evidence"] = {"tuning_edges": {"plain": low}, "base": {"val_answer_nll": 0.246}}
+    findings = diagnose(record, spec=spec_for_tests())
+    assert [f.cause for f in findings] == ["check", "check", "idea"]  # the method's rate inside
+    assert (
+        "low end, where training less approaches the base checkpoint (validation answer "
+        "NLL 0.246)" in findings[1].summary
+    )
+    assert [c.path for c in findings[1].evidence] == [
+        "evidence.tuning_edges.plain.chosen", "evidence.base.val_answer_nll"
+    ]  # fmt: skip

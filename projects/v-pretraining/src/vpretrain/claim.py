@@ -646,17 +646,23 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                 )
             )
     edges = (record.get("evidence") or {}).get("tuning_edges") or {}
+    base = ((record.get("evidence") or {}).get("base") or {}).get("val_answer_nll")
     for subject, edge in edges.items():
-        if edge["at_edge"]:
-            findings.append(
-                finding(
-                    "check",
-                    f"{subject}'s tuned {edge['param']} ({edge['chosen']:g}) sits at an end of "
-                    f"its grid [{edge['low']:g}, {edge['high']:g}]: the grid must be extended "
-                    "before the comparison is fair",
-                    (f"evidence.tuning_edges.{subject}.chosen", f"{subject}'s chosen rate"),
-                )
+        if not edge["at_edge"]:
+            continue
+        summary = (
+            f"{subject}'s tuned {edge['param']} ({edge['chosen']:g}) sits at an end of its grid "
+            f"[{edge['low']:g}, {edge['high']:g}]: the grid must be extended before the "
+            "comparison is fair"
+        )
+        cites = [(f"evidence.tuning_edges.{subject}.chosen", f"{subject}'s chosen rate")]
+        if edge["chosen"] == edge["low"] and base is not None:
+            summary += (
+                "; it is the low end, where training less approaches the base checkpoint "
+                f"(validation answer NLL {base:.3f}), which a lower rate can only approach"
             )
+            cites.append(("evidence.base.val_answer_nll", "the base checkpoint's validation NLL"))
+        findings.append(finding("check", summary, *cites))
     method_at_edge = any(edges.get(s, {}).get("at_edge") for s in (method, f"{method}_sgd"))
     sgd_passed = outcomes[sgd]["passed"]
     if sgd_passed and not all(o["passed"] for o in outcomes.values()):
