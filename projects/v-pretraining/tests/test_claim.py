@@ -187,13 +187,23 @@ def test_the_diagnosis_reads_the_replication_controls_and_the_grid_edges():
     assert findings[1].evidence[0].path == "evidence.tuning_edges.vpretrain_sgd.chosen"
     assert "low end" not in findings[1].summary  # chosen at the high end
     low = inside | {"chosen": 0.0003, "at_edge": True}
-    record["evidence"] = {"tuning_edges": {"plain": low}, "base": {"val_answer_nll": 0.246}}
+    record["evidence"] = {"tuning_edges": {"plain": low, "random_gradient": low},
+                          "base": {"val_answer_nll": 0.246}}  # fmt: skip
+    record["tuning"] = {"trials": {
+        "plain": [{"params": {"lr": 0.01}, "score": 0.3}, {"params": {"lr": 0.0003}, "score": 0.2}],
+        "random_gradient": [{"params": {"lr": 0.0003}, "score": 0.25}],
+    }}  # fmt: skip
     findings = diagnose(record, spec=spec_for_tests())
-    assert [f.cause for f in findings] == ["check", "check", "idea"]  # the method's rate inside
-    assert (
-        "low end, where training less approaches the base checkpoint (validation answer "
-        "NLL 0.246)" in findings[1].summary
+    assert [f.cause for f in findings] == ["check", "check", "check", "idea"]  # method inside
+    assert findings[1].summary.endswith(
+        "at the low end its validation answer NLL (0.200) beats the base checkpoint's (0.246): "
+        "a lower rate may do better still"
     )
     assert [c.path for c in findings[1].evidence] == [
-        "evidence.tuning_edges.plain.chosen", "evidence.base.val_answer_nll"
+        "evidence.tuning_edges.plain.chosen", "tuning.trials.plain.1.score",
+        "evidence.base.val_answer_nll",
     ]  # fmt: skip
+    assert findings[2].summary.endswith(
+        "(0.250) does not beat the base checkpoint's (0.246): lower rates only approach the base "
+        "(the best is to barely train)"
+    )

@@ -656,12 +656,23 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
             "comparison is fair"
         )
         cites = [(f"evidence.tuning_edges.{subject}.chosen", f"{subject}'s chosen rate")]
-        if edge["chosen"] == edge["low"] and base is not None:
-            summary += (
-                "; it is the low end, where training less approaches the base checkpoint "
-                f"(validation answer NLL {base:.3f}), which a lower rate can only approach"
+        trials = ((record.get("tuning") or {}).get("trials") or {}).get(subject) or []
+        index = next(
+            (i for i, t in enumerate(trials) if t["params"].get(edge["param"]) == edge["chosen"]),
+            None,
+        )
+        if edge["chosen"] == edge["low"] and base is not None and index is not None:
+            score = trials[index]["score"]
+            summary += f"; at the low end its validation answer NLL ({score:.3f}) " + (
+                f"beats the base checkpoint's ({base:.3f}): a lower rate may do better still"
+                if score < base
+                else f"does not beat the base checkpoint's ({base:.3f}): lower rates "
+                "only approach the base (the best is to barely train)"
             )
-            cites.append(("evidence.base.val_answer_nll", "the base checkpoint's validation NLL"))
+            cites += [
+                (f"tuning.trials.{subject}.{index}.score", f"{subject}'s validation NLL there"),
+                ("evidence.base.val_answer_nll", "the base checkpoint's validation NLL"),
+            ]
         findings.append(finding("check", summary, *cites))
     method_at_edge = any(edges.get(s, {}).get("at_edge") for s in (method, f"{method}_sgd"))
     sgd_passed = outcomes[sgd]["passed"]
