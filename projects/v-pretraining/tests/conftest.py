@@ -94,5 +94,5 @@ def tools():
     from types import SimpleNamespace
 
     return SimpleNamespace(
-        module_for=module_for, batch_of=batch_of, corrupted_batch=corrupted_batch, small=SMALL
+        module_for=module_for, batch_of=batch_of, corrupted_batch=corrupted_batch
     )

@@ -101,8 +101,7 @@ def test_one_head_gets_one_key_value_head_and_arms_without_a_designer_have_none(
     assert module.learner.config.num_key_value_heads == 1
     assert module.learner.config.intermediate_size == 64
     assert module.designer is None and module.designer_optimizer is None
-    for arm in ("random_gradient",):
-        assert VPretrainModule(arm=arm, vocab_size=64, hidden_size=16, layers=1).designer
+    assert VPretrainModule(arm="random_gradient", vocab_size=64, hidden_size=16, layers=1).designer
 
 
 @pytest.mark.parametrize("arm", ["vpretrain", "random_gradient", "alignment_reweight", "plain"])
