@@ -3,10 +3,13 @@ import torch
 
 from ibci_fewshot import claim
 
-# A miniature of the miniature: 3 held-in sessions (the last is the validation session) and 2
-# held-out ones, short budgets. Seconds per fit.
+# A miniature of the miniature, shaped like configs/default.yaml: 5 held-in sessions (the last 2
+# validate, the one before them feeds stage 2 only) and 2 held-out ones, short budgets.
+# Seconds per fit.
 TINY_DATA = [
-    "--data.sim_held_in_days=[0,5,10]",
+    "--data.sim_held_in_days=[0,5,10,15,20]",
+    "--data.n_val_sessions=2",
+    "--data.meta_sessions=1",
     "--data.sim_held_out_days=[30,60]",
     "--data.sim_sentences=16",
     "--data.sim_calibration_pool=8",

@@ -35,7 +35,13 @@ def test_the_claim_run_judges_method_and_controls(tmp_path):
     outcome = run_claim_experiment(["--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert len(record["seeds"]) >= 3 and not record["quick"]
-    assert all(control["behaved"] for control in record["controls"]), record["verdict_reason"]
+    behaved = all(control["behaved"] for control in record["controls"])
+    met = all(p["passed"] for p in record["preconditions"])
     method_passed = all(o["passed"] for o in record["outcomes"][record["method"]].values())
-    assert record["verdict"] == ("held" if method_passed else "did not hold")
+    if behaved and met:
+        assert record["verdict"] == ("held" if method_passed else "did not hold")
+    else:
+        assert record["verdict"] == "not shown", record["verdict_reason"]
+    if record["verdict"] != "held":
+        assert record["diagnosis"], "a verdict that is not held carries a diagnosis"
     assert outcome["verdict"] == record["verdict"]

@@ -241,6 +241,26 @@ def relative_input_change(x: torch.Tensor, phi: Mapping[str, torch.Tensor], form
     return ((apply_alignment(x, phi, form) - reference).norm() / reference.norm()).item()
 
 
+def change_norms(phi: Mapping[str, torch.Tensor], start: Mapping[str, torch.Tensor]):
+    """{name: ||phi[name] - start[name]||_F}: how far adaptation moved each tensor (||dW||_F and
+    ||db|| for the affine form), free of the start's own norm (the identity's sqrt(C) would
+    swamp a relative distance)."""
+    return {k: float((phi[k] - start[k]).detach().norm()) for k in phi}
+
+
+def step_size_shape(tensor: torch.Tensor, shape: str) -> tuple[int, ...]:
+    """Shape of the learned log inner step size of one alignment tensor (eq. 2's alpha):
+    ``tensor`` one scalar (MAML with a learned rate), ``row`` one per output row (a 2-D
+    tensor's first axis; per element for a vector), ``element`` one per entry (Meta-SGD)."""
+    if shape == "tensor":
+        return ()
+    if shape == "row":
+        return (tensor.shape[0],) + (1,) * (tensor.dim() - 1)
+    if shape == "element":
+        return tuple(tensor.shape)
+    raise ValueError(f"unknown step-size shape {shape!r}: tensor, row or element")
+
+
 def parameter_distance(phi: Mapping[str, torch.Tensor], start: Mapping[str, torch.Tensor]):
     """||phi - start|| / ||start|| over all tensors (how far adaptation moved from its start)."""
     diff = sum(float(((phi[k] - start[k]).detach() ** 2).sum()) for k in phi)

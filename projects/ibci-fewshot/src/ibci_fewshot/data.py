@@ -1,11 +1,19 @@
 """Sessions from FALCON H2 NWB files (real, from a data root; or simulated, written as NWB by
 simulate.py and read back by the same reader), their splits, and the training episodes.
 
-Splits (both sources): held-in sessions train stage 1 and stage 2, except the LAST held-in
-session, which is treated as a new session for validation (tuning of every method's adaptation
-knobs) [G]; the last ``n_minival`` sentences of each training held-in session are the minival
-(`validate`). Held-out sessions are the test split: the first ``n_calibration`` trials are the
-few-shot calibration set (FALCON: the first 3 trials), trials with ``eval_mask`` are scored.
+Splits (both sources): held-in sessions train stage 1 and stage 2, except the LAST
+``n_val_sessions`` held-in sessions, which are treated as new sessions for validation (tuning of
+every method's adaptation knobs) [G]; the last ``n_minival`` sentences of each training held-in
+session are the minival (`validate`). Held-out sessions are the test split: the first
+``n_calibration`` trials are the few-shot calibration set (FALCON: the first 3 trials), trials
+with ``eval_mask`` are scored.
+
+Meta-episodes from the data's own drift [R]: with ``meta_sessions = m > 0`` the latest m training
+held-in sessions are kept out of stage 1 and feed stage 2 only. The backbone then never saw them,
+so an episode from one of them carries the recordings' real across-day drift relative to the
+days the backbone was trained on (the drift a held-out session brings), not a synthetic one.
+With ``meta_sessions = 0`` both stages draw from every training session (the design note's
+episodes, made to drift by ``IbciModule``'s synthetic episode drift).
 """
 
 from __future__ import annotations
@@ -95,27 +103,38 @@ def pad_batch(sessions_and_indices: list[tuple[Session, list[int]]]) -> dict[str
 
 
 class EpisodeSet(Dataset):
-    """Item i: a seeded episode (one training session; support + query sentences)."""
+    """Item i: a seeded episode (one training session; support + query sentences) for stage 1,
+    from the sessions at ``stage1``, and one for stage 2, from the sessions at ``stage2`` (drawn
+    apart, so that the two stages can read disjoint sessions)."""
 
-    def __init__(self, sessions, train_indices, n_support, n_query, n_items, seed):
+    def __init__(self, sessions, train_indices, n_support, n_query, n_items, seed, stage1, stage2):
         self.sessions, self.train_indices = sessions, train_indices
         self.n_support, self.n_query, self.n_items, self.seed = n_support, n_query, n_items, seed
+        self.pools = {"stage1": list(stage1), "stage2": list(stage2)}
 
     def __len__(self) -> int:
         return self.n_items
 
-    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, item: int) -> dict[str, dict[str, torch.Tensor]]:
         rng = np.random.default_rng([self.seed, item])
-        s = int(rng.integers(len(self.sessions)))
-        chosen = rng.choice(self.train_indices[s], self.n_support + self.n_query, replace=False)
-        support = pad_batch([(self.sessions[s], list(chosen[: self.n_support]))])
-        query = pad_batch([(self.sessions[s], list(chosen[self.n_support :]))])
-        return {"support": support, "query": query}
+        out = {}
+        for stage, pool in self.pools.items():
+            s = pool[int(rng.integers(len(pool)))]
+            chosen = rng.choice(self.train_indices[s], self.n_support + self.n_query, replace=False)
+            out[stage] = {
+                "support": pad_batch([(self.sessions[s], list(chosen[: self.n_support]))]),
+                "query": pad_batch([(self.sessions[s], list(chosen[self.n_support :]))]),
+            }
+        return out
 
 
 def collate_episodes(items: list[dict]) -> dict:
-    """Episodes stay a list (each has its own padding)."""
-    return {"episodes": items}
+    """Episodes stay lists (each has its own padding): ``episodes`` for stage 1,
+    ``meta_episodes`` for stage 2."""
+    return {
+        "episodes": [item["stage1"] for item in items],
+        "meta_episodes": [item["stage2"] for item in items],
+    }
 
 
 class IbciDataModule(LightningDataModule):
@@ -130,6 +149,8 @@ class IbciDataModule(LightningDataModule):
         channels: PositiveInt = 192,
         n_calibration: NonNegativeInt = 3,
         n_minival: PositiveInt = 5,
+        n_val_sessions: PositiveInt = 1,
+        meta_sessions: NonNegativeInt = 0,
         n_support: PositiveInt = 3,
         n_query: PositiveInt = 5,
         episodes_per_batch: PositiveInt = 4,
@@ -170,15 +191,19 @@ class IbciDataModule(LightningDataModule):
             "channels": h.channels,
             "seed": seed,
             "version": 2,
+            **({"n_val": h.n_val_sessions} if h.n_val_sessions != 1 else {}),
         }
         root = cache_dir() / "ibci-fewshot" / f"sim-{config_hash(config)}"
         if (root / "done").is_file():
             return root
         tmp = root.with_name(root.name + f".{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        held_in = self.held_in_days()
-        specs = [SessionSpec(d, h.sim_sentences) for d in held_in[:-1]]
-        specs.append(SessionSpec(held_in[-1], h.sim_calibration_pool + h.sim_eval, h.sim_eval))
+        held_in, n_val = self.held_in_days(), h.n_val_sessions
+        specs = [SessionSpec(d, h.sim_sentences) for d in held_in[:-n_val]]
+        specs += [
+            SessionSpec(d, h.sim_calibration_pool + h.sim_eval, h.sim_eval)
+            for d in held_in[-n_val:]
+        ]
         specs += [
             SessionSpec(d, h.sim_calibration_pool + h.sim_eval, h.sim_eval)
             for d in self.held_out_days()
@@ -216,15 +241,20 @@ class IbciDataModule(LightningDataModule):
                 f"(*{HELD_OUT}*/*.nwb); found {len(held_in_files)} and {len(held_out_files)}. "
                 + HOW_TO_GET
             )
+        if len(held_in_files) - h.n_val_sessions - h.meta_sessions < 1:
+            raise ConfigError(
+                f"{len(held_in_files)} held-in sessions leave none for stage 1 after "
+                f"n_val_sessions={h.n_val_sessions} and meta_sessions={h.meta_sessions}"
+            )
         raw_in = [read_session(p, h.channels) for p in held_in_files]
         raw_out = [read_session(p, h.channels) for p in held_out_files]
         first = raw_in[0]["date"]
-        train_raw = raw_in[:-1]
+        train_raw = raw_in[: -h.n_val_sessions]
         stacked = np.concatenate([np.concatenate(r["spikes"]) for r in train_raw]).astype(float)
         self.channel_mean = stacked.mean(0)
         self.channel_std = stacked.std(0) + 1e-3  # silent channels stay finite
         self.train_sessions = [self._session(r, first, i) for i, r in enumerate(train_raw)]
-        self.val_session = self._session(raw_in[-1], first)
+        self.val_sessions = [self._session(r, first) for r in raw_in[-h.n_val_sessions :]]
         self.test_sessions = [self._session(r, first) for r in raw_out]
         self.lexicon_words = [w for r in train_raw for c in r["cues"] for w in _words(c)]
         self.train_indices = [list(range(len(s.x) - h.n_minival)) for s in self.train_sessions]
@@ -238,7 +268,7 @@ class IbciDataModule(LightningDataModule):
                 f"held-in sessions {short} have fewer than n_support + n_query = "
                 f"{h.n_support + h.n_query} training sentences after the minival"
             )
-        for session in [self.val_session, *self.test_sessions]:
+        for session in [*self.val_sessions, *self.test_sessions]:
             session.calibration_indices(h.n_calibration)  # raises for 0 or too few
         self.sessions_ready = True
 
@@ -259,9 +289,22 @@ class IbciDataModule(LightningDataModule):
         )
 
     @property
+    def val_session(self) -> Session:
+        """The latest validation session."""
+        return self.val_sessions[-1]
+
+    def stage_pools(self) -> tuple[list[int], list[int]]:
+        """Indices of the training sessions stage 1 and stage 2 draw episodes from."""
+        n, m = len(self.train_sessions), self.hparams.meta_sessions
+        every = list(range(n))
+        return (every[: n - m], every[n - m :]) if m else (every, every)
+
+    @property
     def n_sessions(self) -> int:
         """Training held-in sessions (the session-layer backbone has one layer each)."""
-        return len(self.held_in_days()) - 1 if self.hparams.root is None else self._n_real()
+        if self.hparams.root is None:
+            return len(self.held_in_days()) - self.hparams.n_val_sessions
+        return self._n_real()
 
     def _n_real(self) -> int:
         self.setup()
@@ -277,6 +320,7 @@ class IbciDataModule(LightningDataModule):
             h.n_query,
             h.episodes_per_epoch,
             self.seed,
+            *self.stage_pools(),
         )
         consumed = drawn_by_trainer(self, len(episodes), h.episodes_per_batch)
         return DataLoader(

@@ -70,6 +70,7 @@ class IbciModule(LightningModule):
         inner_steps: PositiveInt = 3,
         inner_lr: PositiveFloat = 0.1,
         step_size_lr: PositiveFloat = 0.03,
+        step_size_shape: Literal["tensor", "row", "element"] = "tensor",
         episode_gain_sd: NonNegativeFloat = 0.2,
         episode_offset_sd: NonNegativeFloat = 0.3,
         episode_mix_sd: NonNegativeFloat = 0.5,
@@ -90,7 +91,12 @@ class IbciModule(LightningModule):
         start = core.identity_alignment(channels, self.form, rank, generator)
         self.phi0 = nn.ParameterDict({k: nn.Parameter(v) for k, v in start.items()})
         self.log_step = nn.ParameterDict(
-            {k: nn.Parameter(torch.tensor(math.log(inner_lr))) for k in start}
+            {
+                k: nn.Parameter(
+                    torch.full(core.step_size_shape(v, step_size_shape), math.log(inner_lr))
+                )
+                for k, v in start.items()
+            }
         )
         self.calibrated: dict[str, core.Params] = {}
         self.lexicon: Lexicon | None = None  # built from the training transcripts in setup
@@ -148,10 +154,9 @@ class IbciModule(LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch, batch_idx):
-        episodes = batch["episodes"]
         if self.stage() == 1:
-            return self.stage1_loss(episodes)
-        return self.meta_loss(episodes)
+            return self.stage1_loss(batch["episodes"])
+        return self.meta_loss(batch["meta_episodes"])
 
     def stage1_loss(self, episodes) -> torch.Tensor:
         """Eq. 1 on all sentences of the batch's episodes, pooled, with drift augmentation."""
@@ -164,7 +169,10 @@ class IbciModule(LightningModule):
 
     def meta_loss(self, episodes) -> torch.Tensor:
         """Eq. 3: mean query loss after eq. 2's inner steps on each episode's support, with a
-        random synthetic drift per episode; the backbone is frozen."""
+        random synthetic drift per episode (none when the ``episode_*_sd`` are 0: the episodes'
+        own sessions then bring the drift, ``IbciDataModule.meta_sessions``); the backbone is
+        frozen. Logged beside it: the query loss at phi_0 before the inner steps and at the
+        unadapted input path (the identity), so that meta-training shows what each part buys."""
         h = self.hparams
         self.decoder.requires_grad_(False)
         if self.session_layers is not None:
@@ -173,7 +181,8 @@ class IbciModule(LightningModule):
                 with torch.no_grad():
                     for k, v in self.session_layers.mean_layer().items():
                         self.phi0[k].copy_(v)
-        losses, moved, unadapted = [], [], []
+        losses, moved, unadapted, at_identity = [], [], [], []
+        identity = {k: v.to(self.device) for k, v in self.zero_shot_params().items()}
         for episode in episodes:
             drift = core.random_drift(
                 h.channels, h.episode_gain_sd, h.episode_offset_sd, h.episode_mix_sd
@@ -193,19 +202,24 @@ class IbciModule(LightningModule):
                 first_order=h.meta_order == "first",
             )
             with torch.no_grad():  # the query loss before adaptation, for comparison
-                log_probs, lengths = self.decoder(
-                    core.apply_alignment(query["x"], self.start_params(), self.form),
-                    query["lengths"],
-                )
-                unadapted.append(core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"]))
+                for phi, into in ((self.start_params(), unadapted), (identity, at_identity)):
+                    log_probs, lengths = self.decoder(
+                        core.apply_alignment(query["x"], phi, self.form), query["lengths"]
+                    )
+                    into.append(core.ctc_loss(log_probs, query["y"], lengths, query["y_lengths"]))
             losses.append(query_loss)
-            moved.append(core.parameter_distance(adapted, self.start_params()))
+            moved.append(core.change_norms(adapted, self.start_params()))
         loss = torch.stack(losses).mean()
         self.log("train/meta_query_ctc", loss, prog_bar=True)
         # the same key as stage 1 (a resumed run's logged keys match the uninterrupted run's)
         self.log("train/ctc", torch.stack(unadapted).mean(), prog_bar=True)
-        self.log("train/inner_distance", float(sum(moved) / len(moved)))
-        self.log("train/inner_lr_mean", torch.exp(torch.stack(list(self.log_step.values()))).mean())
+        self.log("train/meta_query_ctc_identity", torch.stack(at_identity).mean())
+        for k in moved[0]:
+            self.log(f"train/inner_change_{k}", float(sum(m[k] for m in moved) / len(moved)))
+        self.log(
+            "train/inner_lr_mean",
+            torch.cat([v.exp().flatten() for v in self.log_step.values()]).mean(),
+        )
         return loss
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
