@@ -242,3 +242,46 @@ def test_adaptation_diagnostics_by_hand():
     with torch.no_grad():
         assert out["support_ctc_before"] == pytest.approx(float(module.loss(calibration, start)))
         assert out["support_ctc_after"] == pytest.approx(float(module.loss(calibration, phi)))
+
+
+def test_a_stored_backbone_reloads_with_its_own_seed_sessions(monkeypatch):
+    """A claim job that reloads a backbone rebuilds the sessions that backbone trained on, in
+    a process whose last seed_everything was another seed (a bug once scored every seed's
+    backbone on seed 0's recordings)."""
+    from ibci_fewshot import claim
+    from ibci_fewshot.claim import Job, backbone_path, fit_job, load_models, store_backbone
+
+    settings = {
+        "stage1_steps": 1,
+        "meta_steps": 0,
+        "meta_sessions": 1,
+        "alignment": "affine",
+        "meta_order": "first",
+        "extra_args": [
+            "--data.sim_held_in_days=[0,5,10,15,20]",
+            "--data.n_val_sessions=2",
+            "--data.sim_held_out_days=[30,60]",
+            "--data.sim_sentences=12",
+            "--data.sim_calibration_pool=8",
+            "--data.sim_eval=4",
+            "--data.n_minival=2",
+            "--data.n_query=3",
+            "--model.hidden=8",
+            "--model.projection=4",
+        ],
+    }
+    fitted = fit_job(Job("pooled", 3, {}, "fit"), settings)
+    assert fitted["data"]["seed"] == 3
+    key = store_backbone(fitted)
+    monkeypatch.setenv("PL_GLOBAL_SEED", "0")
+    load_models.cache_clear()
+    try:
+        data = load_models(pooled=key)["data"]
+    finally:
+        load_models.cache_clear()
+    assert data.seed == 3
+    expected = tiny_data(seed=3, n_val_sessions=2, sim_sentences=12)
+    assert data.train_sessions[0].cues == expected.train_sessions[0].cues
+    other = tiny_data(seed=0, n_val_sessions=2, sim_sentences=12)
+    assert data.train_sessions[0].cues != other.train_sessions[0].cues
+    assert backbone_path(key).is_file() and claim.BACKBONE_OF["meta_alignment"] == "pooled_meta"

@@ -255,9 +255,13 @@ def fit_job(job: Job, settings: dict[str, Any]) -> dict[str, Any]:
     evidence)."""
     began = time.perf_counter()
     cli = fit(job.seed, {**settings, **job.params}, job.subject)
+    # The data's seed is the run's (``seed=None`` reads it from the process's seed_everything):
+    # kept explicit, so that a later job, in a process whose last seed was another, rebuilds
+    # the sessions this backbone was trained on, not another seed's.
+    data = constructor_args(cli.datamodule.hparams) | {"seed": cli.datamodule.seed}
     return {
         "model": constructor_args(cli.model.hparams),
-        "data": constructor_args(cli.datamodule.hparams),
+        "data": data,
         "state": cli.model.state_dict(),
         "train_s": time.perf_counter() - began,
     }
