@@ -1,7 +1,8 @@
 """Pilot for issue 56 (seed 7, outside the registered 0-2 and replication 10-12 sets): one pooled
 backbone fit through the real CLI with the given flags, its stage-2 trace every 25 steps, then
-the validation and test WER of the unadapted start, meta adaptation at several step-size scales
-and plain-gradient alignment at several learning rates (the pilots in seed7.json).
+the validation and test WER of the unadapted start, meta adaptation at several step-size scales,
+plain-gradient alignment and the many-sentence fine-tune at several learning rates (the pilots
+in seed7.json; p1 ran a draft with fewer grid values, p6 the last version).
 
     python results/pilots/ibci_pilot.py SEED META_STEPS [CLI flags...]
 """
@@ -38,7 +39,7 @@ class Trace(Callback):
 def main() -> None:
     torch.set_num_threads(1)
     seed, meta_steps, flags = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-    settings = {"adapt_steps": 30}
+    settings = {"adapt_steps": 30, "many_steps": 30, "n_extra": 30, "calibration_sweep": [30]}
     began = time.time()
     cli = quiet_fit(
         IbciModule,
@@ -57,11 +58,12 @@ def main() -> None:
     )
     print("fit_s", time.time() - began, flush=True)
     module, data = cli.model.eval(), cli.datamodule
-    models = {"pooled": module, "pooled_meta": module}
+    models = {"pooled": module, "pooled_meta": module, "session_layers": None}
     grids = (
         ("zero_shot", [{}]),
         ("meta_alignment", [{"lr_scale": s} for s in (0.3, 1, 3, 10)]),
-        ("gradient_alignment", [{"lr": lr} for lr in (1e-4, 3e-4, 1e-3, 3e-3)]),
+        ("gradient_alignment", [{"lr": lr} for lr in (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)]),
+        ("many_sentence_finetune", [{"lr": lr} for lr in (3e-5, 1e-4, 3e-4, 1e-3)]),
     )
     out = {}
     for split, sessions in (("val", data.val_sessions), ("test", data.test_sessions)):
