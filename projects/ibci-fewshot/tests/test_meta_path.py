@@ -285,3 +285,209 @@ def test_a_stored_backbone_reloads_with_its_own_seed_sessions(monkeypatch):
     other = tiny_data(seed=0, n_val_sessions=2, sim_sentences=12)
     assert data.train_sessions[0].cues != other.train_sessions[0].cues
     assert backbone_path(key).is_file() and claim.BACKBONE_OF["meta_alignment"] == "pooled_meta"
+
+
+def test_diagnosis_reads_the_replication_preconditions_and_the_same_backbone_rival():
+    """On a synthetic record: a replication precondition that every seed passes but whose
+    3-seed interval crosses the bar is a `check` finding; with fair registered seeds and the
+    method ahead of plain-gradient alignment on its own backbone, the set-aside is named."""
+    from ibci_fewshot.claim import CLAIM_FILE, METRICS, SUBJECTS, diagnose
+    from papers_eval import load_claim_spec
+
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, allow_dirty=True)
+    advantage = {"estimate": -0.07, "ci": [-0.3, 0.2]}
+    outcomes = {c.name: {"passed": False, "advantage": advantage} for c in spec.checks}
+    record = {
+        "verdict": "not shown",
+        "preconditions": [
+            {"name": c.name, "passed": True, "advantage": {"estimate": 0.1}}
+            for c in spec.preconditions
+        ],
+        "controls": [{"name": "shuffled_transcripts", "role": "negative", "behaved": True}],
+        "outcomes": {"meta_alignment": outcomes},
+        "metrics": {
+            "meta_alignment": {"test_wer": {"mean": 0.54}},
+            "gradient_alignment_same_backbone": {"test_wer": {"mean": 0.63}},
+        },
+        "budget": {"gap_change": 0.007},
+        "replication": {
+            "controls": [],
+            "preconditions": {
+                "start_no_worse_than_identity": {"passed": False, "advantage": {"estimate": 0.17}}
+            },
+            "metrics": {
+                "meta_alignment": {
+                    "val_start_minus_identity_wer": {"per_seed": [-0.2, -0.01, -0.2]}
+                }
+            },
+        },
+    }
+    findings = diagnose(record, spec=spec)
+    causes = [(f.cause, f.summary.split(":")[0]) for f in findings]
+    assert causes[0] == (
+        "check",
+        "precondition start_no_worse_than_identity failed on the replication seeds",
+    )
+    assert findings[1].cause == "implementation" and "set aside" in findings[1].summary
+    # a seed on the wrong side of the bar: meta-training did not transfer
+    record["replication"]["metrics"]["meta_alignment"]["val_start_minus_identity_wer"] = {
+        "per_seed": [-0.2, 0.05, -0.2]
+    }
+    assert diagnose(record, spec=spec)[0].cause == "implementation"
+    # no gain on its own backbone either: the idea
+    record["metrics"]["gradient_alignment_same_backbone"]["test_wer"]["mean"] = 0.5
+    assert diagnose(record, spec=spec)[-1].cause == "idea"
+
+
+def logged_by(module):
+    calls = {}
+
+    def log(name, value, **kwargs):
+        calls[name] = (float(value), kwargs.get("prog_bar", False))
+
+    module.log = log
+    return calls
+
+
+def test_the_logged_training_values_are_the_losses_they_name():
+    """Stage 1 logs its loss as train/ctc; stage 2 logs the query CTC after the inner steps,
+    before them at phi_0 and at the identity, each tensor's mean inner change and the mean
+    step size, by hand."""
+    module = small_module(
+        episode_gain_sd=0, episode_offset_sd=0, episode_mix_sd=0, step_size_shape="row"
+    )
+    ep = {"support": episode(1, 0), "query": episode(2, 0)}
+    other = {"support": episode(5, 1), "query": episode(6, 1)}
+    calls = logged_by(module)
+    loss = module.stage1_loss([ep])
+    assert calls["train/ctc"] == (pytest.approx(float(loss)), True)
+
+    with torch.no_grad():
+        module.phi0["bias"].add_(0.3)  # phi_0 away from the identity
+    calls = logged_by(module)
+    loss = module.meta_loss([ep, other])
+    assert calls["train/meta_query_ctc"] == (pytest.approx(float(loss)), True)
+    first = logged_by(module)
+    module.meta_loss([ep])  # the two-episode values are means over episodes
+    start = {k: v.detach() for k, v in module.start_params().items()}
+    with torch.no_grad():
+        before = float(module.loss(ep["query"], start))
+        identity = float(module.loss(ep["query"], module.zero_shot_params()))
+    assert first["train/ctc"] == (pytest.approx(before, rel=1e-5), True)
+    assert first["train/meta_query_ctc_identity"][0] == pytest.approx(identity, rel=1e-5)
+    assert before != pytest.approx(identity)
+    _, adapted = core.episode_loss(
+        module.decoder,
+        module.form,
+        {**ep["support"], "x": module.smooth(ep["support"]["x"])},
+        {**ep["query"], "x": module.smooth(ep["query"]["x"])},
+        module.start_params(),
+        module.step_sizes(),
+        module.hparams.inner_steps,
+    )
+    for k, v in core.change_norms(adapted, start).items():
+        assert first[f"train/inner_change_{k}"][0] == pytest.approx(v, rel=1e-4)
+    second = logged_by(module)
+    module.meta_loss([other])
+    for key in ("train/ctc", "train/meta_query_ctc_identity", "train/inner_change_weight"):
+        assert calls[key][0] == pytest.approx((first[key][0] + second[key][0]) / 2, rel=1e-4)
+    steps = torch.cat([v.detach().exp().flatten() for v in module.log_step.values()])
+    assert calls["train/inner_lr_mean"][0] == pytest.approx(float(steps.mean()))
+
+
+def test_first_order_meta_gradient_of_phi0_is_the_query_gradient_at_the_adapted_layer():
+    """FOMAML through the module (meta_order first): d(meta loss)/d(phi_0) equals the query
+    loss's gradient at phi_k; second order differs."""
+    module = small_module(episode_gain_sd=0, episode_offset_sd=0, episode_mix_sd=0)
+    logged_by(module)
+    ep = {"support": episode(1, 0), "query": episode(2, 0)}
+    module.meta_loss([ep]).backward()
+    got = {k: v.grad.clone() for k, v in module.phi0.items()}
+    _, adapted = core.episode_loss(
+        module.decoder,
+        module.form,
+        {**ep["support"], "x": module.smooth(ep["support"]["x"])},
+        {**ep["query"], "x": module.smooth(ep["query"]["x"])},
+        {k: v.detach() for k, v in module.start_params().items()},
+        {k: v.detach() for k, v in module.step_sizes().items()},
+        module.hparams.inner_steps,
+    )
+    phi = {k: v.detach().requires_grad_(True) for k, v in adapted.items()}
+    expected = torch.autograd.grad(module.loss(ep["query"], phi), list(phi.values()))
+    for g, e in zip(got.values(), expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+    second = small_module(
+        episode_gain_sd=0, episode_offset_sd=0, episode_mix_sd=0, meta_order="second"
+    )
+    logged_by(second)
+    second.meta_loss([ep]).backward()
+    assert not torch.allclose(second.phi0["weight"].grad, got["weight"], rtol=1e-3, atol=1e-6)
+
+
+def test_the_session_layer_backbone_starts_its_new_layer_at_the_held_in_mean():
+    """At the first meta step the session-layer backbone's phi_0 becomes the mean held-in layer
+    (and stays frozen with the backbone); later meta steps do not reset it."""
+    module = small_module(
+        backbone="session_layers",
+        stage1_steps=0,
+        episode_gain_sd=0,
+        episode_offset_sd=0,
+        episode_mix_sd=0,
+    )
+    logged_by(module)
+    with torch.no_grad():
+        module.session_layers.weight.mul_(torch.tensor([0.5, 1.5])[:, None, None])
+        module.session_layers.bias.add_(torch.tensor([[0.2], [0.4]]))
+    ep = {"support": episode(1, 0), "query": episode(2, 0)}
+    calls = logged_by(module)
+    loss = module.meta_loss([ep])
+    mean = module.session_layers.mean_layer()
+    # the new layer's form: affine + softsign, in the inner steps and in the logged loss
+    smoothed = {p: {**ep[p], "x": module.smooth(ep[p]["x"])} for p in ("support", "query")}
+    expected, _ = core.episode_loss(
+        module.decoder,
+        "affine_softsign",
+        smoothed["support"],
+        smoothed["query"],
+        {k: v.detach() for k, v in module.start_params().items()},
+        {k: v.detach() for k, v in module.step_sizes().items()},
+        module.hparams.inner_steps,
+    )
+    torch.testing.assert_close(loss, expected)
+    with torch.no_grad():
+        before = float(module.loss(ep["query"], dict(module.start_params())))
+    assert calls["train/ctc"][0] == pytest.approx(before, rel=1e-5)
+    torch.testing.assert_close(module.phi0["weight"].detach(), mean["weight"])
+    torch.testing.assert_close(module.phi0["bias"].detach(), torch.full((6,), 0.3))
+    assert not any(p.requires_grad for p in module.session_layers.parameters())
+    assert not any(p.requires_grad for p in module.decoder.parameters())
+    with torch.no_grad():
+        module.phi0["bias"].add_(1.0)
+    type(module).global_step = property(lambda self: 5)  # a later meta step
+    try:
+        module.meta_loss([ep])
+    finally:
+        del type(module).global_step
+    torch.testing.assert_close(module.phi0["bias"].detach(), torch.full((6,), 1.3))
+
+
+def test_episode_support_and_query_are_distinct_sentences_drawn_by_the_seed():
+    data = tiny_data(n_val_sessions=2, meta_sessions=1, n_support=3, n_query=5)
+    episodes = data.train_dataloader().dataset
+    for item in range(20):
+        for stage in ("stage1", "stage2"):
+            drawn = episodes[item][stage]
+            sentences = {
+                (int(n), round(float(x[:n].sum()), 4))
+                for part in ("support", "query")
+                for x, n in zip(drawn[part]["x"], drawn[part]["lengths"], strict=True)
+            }
+            # 8 sentences of one session, none twice (drawn without replacement)
+            assert len(sentences) == 8
+    again = tiny_data(n_val_sessions=2, meta_sessions=1, n_support=3, n_query=5)
+    torch.testing.assert_close(
+        again.train_dataloader().dataset[3]["stage2"]["query"]["x"],
+        episodes[3]["stage2"]["query"]["x"],
+    )
+    other = tiny_data(n_val_sessions=2, meta_sessions=1, n_support=3, n_query=5, seed=1)
+    assert other.train_dataloader().dataset[3]["stage1"]["support"]["x"].shape[0] == 3

@@ -579,48 +579,82 @@ def method_budget(spec, run: ClaimJobs, registered: dict[str, Any]) -> dict[str,
 def diagnose(record: dict[str, Any], *, spec) -> list:
     """Findings for a verdict that is not ``held``, each citing the record's numbers:
 
-    - a precondition failed (``not shown``): the meta-learned start worse than the identity on
-      validation is ``implementation`` (meta-training did not transfer); the others ``check``
-      (the miniature does not pose the problem);
+    - a precondition failed (``not shown``), on the registered or the replication seeds: when
+      every seed's value is on the good side of the bar and only the interval over 3 seed means
+      crosses it, ``check`` (the rule, not the miniature, decides); else the meta-learned start
+      worse than the identity on validation is ``implementation`` (meta-training did not
+      transfer) and any other precondition ``check`` (the miniature does not pose the problem);
     - a control misbehaved (``not shown``): ``check``, citing the control's advantage;
     - a tuned knob on an end of its grid (``evidence.tuning_edges``): ``check``;
-    - the method fails a check while its start is no worse than the identity and its budget
-      evidence shows no closing gap at 2x meta-steps: ``idea`` unless its own knob sits on a
-      grid edge (then ``undetermined``); a gap that closes with more meta-steps:
-      ``implementation`` (undertrained);
+    - where the registered seeds' controls behaved and their preconditions held, the method
+      failed a check: with the budget evidence's gap growing by more than the checks' 0.02 margin
+      at 2x meta-steps, ``implementation`` (undertrained); else, when meta-learning beats
+      plain-gradient alignment on the method's own backbone, ``implementation`` (the sessions
+      set aside for meta-learning cost the backbone more than meta-learning buys), citing the
+      budget evidence as converged; else ``idea`` (``undetermined`` while the method's own knob
+      sits on a grid edge);
     - anything else: ``undetermined``, citing the method's checks.
     """
     if record["verdict"] in ("held", "held, not replicated"):
         return []
     method, findings = spec.method, []
+    replication = record.get("replication") or {}
 
     def cite(subject: str, check: str, where: str = "") -> tuple[str, str]:
-        o = ((record.get("replication") or {}) if where else record)["outcomes"][subject][check]
+        o = (replication if where else record)["outcomes"][subject][check]
         return (
             f"{where}outcomes.{subject}.{check}.advantage.estimate",
             f"{subject} on {check}: {'pass' if o['passed'] else 'fail'}",
         )
 
-    for i, pre in enumerate(record.get("preconditions") or []):
-        if pre["passed"]:
-            continue
-        start = pre["name"] == "start_no_worse_than_identity"
-        findings.append(
-            finding(
-                "implementation" if start else "check",
-                f"precondition {pre['name']} failed: "
-                + (
+    registered = {
+        p["name"]: (f"preconditions.{i}", p) for i, p in enumerate(record["preconditions"])
+    }
+    replicated = {
+        name: (f"replication.preconditions.{name}", p)
+        for name, p in (replication.get("preconditions") or {}).items()
+    }
+    for where, outcomes, metrics, seeds_text in (
+        ("", registered, record["metrics"], ""),
+        ("replication.", replicated, replication.get("metrics") or {}, " on the replication seeds"),
+    ):
+        for name, (path, pre) in outcomes.items():
+            if pre["passed"]:
+                continue
+            check = next(c for c in spec.preconditions if c.name == name)
+            per_seed = metrics[check.subject][check.metric]["per_seed"]
+            sign = 1.0 if check.goal == "higher" else -1.0
+            every_seed = all(sign * (v - check.threshold) > 0 for v in per_seed)
+            start = name == "start_no_worse_than_identity"
+            if every_seed:
+                cause, why = (
+                    "check",
+                    "every seed's value is on the good side of the bar; the interval over "
+                    f"{len(per_seed)} seed means (t with {len(per_seed) - 1} degrees of freedom) "
+                    "crosses it: the rule, not the miniature, decides",
+                )
+            elif start:
+                cause, why = (
+                    "implementation",
                     "the meta-learned start decodes the validation sessions worse than no "
-                    "alignment at all; meta-training did not learn a transferable start"
-                    if start
-                    else "the miniature does not pose the problem the claim is about"
-                ),
-                (f"preconditions.{i}.advantage.estimate", f"{pre['name']}'s advantage"),
+                    "alignment; meta-training did not learn a transferable start",
+                )
+            else:
+                cause, why = "check", "the miniature does not pose the problem the claim is about"
+            findings.append(
+                finding(
+                    cause,
+                    f"precondition {name} failed{seeds_text}: {why}",
+                    (f"{path}.advantage.estimate", f"{name}'s advantage"),
+                    *[
+                        (f"{where}metrics.{check.subject}.{check.metric}.per_seed.{k}", f"seed {k}")
+                        for k in range(len(per_seed))
+                    ],
+                )
             )
-        )
     seed_sets = [("", record, "")]
-    if (record.get("replication") or {}).get("controls"):
-        seed_sets.append(("replication.", record["replication"], " on the replication seeds"))
+    if replication.get("controls"):
+        seed_sets.append(("replication.", replication, " on the replication seeds"))
     for where, judged, seeds_text in seed_sets:
         for control in judged["controls"]:
             if control["behaved"]:
@@ -650,51 +684,80 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                 )
             )
     failed = [c for c, o in record["outcomes"][method].items() if not o["passed"]]
+    fair = all(c["behaved"] for c in record["controls"]) and all(
+        p["passed"] for p in record["preconditions"]
+    )
     budget = record.get("budget") or {}
     metrics = record["metrics"]
     same = metrics.get("gradient_alignment_same_backbone", {}).get("test_wer", {}).get("mean")
-    if failed and same is not None and metrics[method]["test_wer"]["mean"] < same:
-        findings.append(
-            finding(
-                "implementation",
-                "on its own backbone the meta-learned alignment decodes better than plain-gradient "
-                "alignment, but that backbone's stage 1 did not see the sessions set aside for "
-                "meta-learning (the reconstruction's cross-day episodes), and the baselines' "
-                "backbone, which saw them, gains more than meta-learning does",
-                (f"metrics.{method}.test_wer.mean", "the method's WER"),
+    if failed and fair:
+        method_cites = [cite(method, c) for c in failed]
+        budget_cites = (
+            [
                 (
-                    "metrics.gradient_alignment_same_backbone.test_wer.mean",
-                    "plain-gradient alignment on the method's backbone",
+                    "budget.gap.1",
+                    "the gap to plain-gradient alignment at the registered meta-steps",
                 ),
-                (
-                    "metrics.gradient_alignment.test_wer.mean",
-                    "plain-gradient alignment on the backbone that saw every training session",
-                ),
-                (
-                    "metrics.zero_shot.test_wer.mean",
-                    "the unadapted backbone that saw every training session",
-                ),
-            )
-        )
-    if failed and record["verdict"] != "not shown" and budget:
-        closes = budget["gap_closes"]
-        own_edge = edges.get(method, {}).get("at_edge")
-        findings.append(
-            finding(
-                "implementation" if closes else ("undetermined" if own_edge else "idea"),
-                f"the method fails {', '.join(failed)}; at 2x meta-steps its WER gap to "
-                "plain-gradient alignment "
-                + (
-                    "narrows: more meta-training helps, the registered budget undertrains it"
-                    if closes
-                    else "does not narrow, with the meta-learned start no worse than the "
-                    "identity on validation: more meta-training of this form does not close it"
-                ),
-                *[cite(method, c) for c in failed],
-                ("budget.gap.1", "the gap at the registered meta-steps"),
                 ("budget.gap.2", "the gap at 2x meta-steps"),
-            )
+            ]
+            if budget
+            else []
         )
+        if budget and budget["gap_change"] > 0.02:
+            findings.append(
+                finding(
+                    "implementation",
+                    f"the method fails {', '.join(failed)}; at 2x meta-steps its advantage over "
+                    "plain-gradient alignment grows by more than the checks' margin: the "
+                    "registered budget undertrains it",
+                    *method_cites,
+                    *budget_cites,
+                )
+            )
+        elif same is not None and metrics[method]["test_wer"]["mean"] < same:
+            findings.append(
+                finding(
+                    "implementation",
+                    f"the method fails {', '.join(failed)}. On its own backbone the meta-learned "
+                    "alignment decodes better than plain-gradient alignment, but that backbone's "
+                    "stage 1 did not see the sessions set aside for meta-learning (the "
+                    "reconstruction's cross-day episodes), and the baselines' backbone, which saw "
+                    "them, gains more than meta-learning does"
+                    + (
+                        "; twice the meta-steps move the gap by less than the checks' margin "
+                        "(converged)"
+                        if budget
+                        else ""
+                    ),
+                    *method_cites,
+                    (f"metrics.{method}.test_wer.mean", "the method's WER"),
+                    (
+                        "metrics.gradient_alignment_same_backbone.test_wer.mean",
+                        "plain-gradient alignment on the method's backbone",
+                    ),
+                    (
+                        "metrics.gradient_alignment.test_wer.mean",
+                        "plain-gradient alignment on the backbone that saw every training session",
+                    ),
+                    (
+                        "metrics.zero_shot.test_wer.mean",
+                        "the unadapted backbone that saw every training session",
+                    ),
+                    *budget_cites,
+                )
+            )
+        else:
+            own_edge = edges.get(method, {}).get("at_edge")
+            findings.append(
+                finding(
+                    "undetermined" if own_edge else "idea",
+                    f"the method fails {', '.join(failed)} with the controls behaving, the "
+                    "preconditions met and no gain from twice the meta-steps, and does not beat "
+                    "plain-gradient alignment even on its own backbone",
+                    *method_cites,
+                    *budget_cites,
+                )
+            )
     if not findings:
         findings.append(
             finding(
