@@ -474,3 +474,40 @@ def test_the_reproducible_part_leaves_out_run_facts_and_budget_timings():
         "verdict": "held",
         "budget": None,
     }
+
+
+def test_control_findings_name_each_misbehaving_control_on_both_seed_sets():
+    from papers_eval.diagnosis import control_findings
+
+    def outcome(passed, estimate):
+        return {"passed": passed, "advantage": {"estimate": estimate}}
+
+    record = {
+        "controls": [
+            {"name": "shuffled", "role": "negative", "behaved": False},
+            {"name": "oracle", "role": "positive", "behaved": True},
+        ],
+        "outcomes": {
+            "shuffled": {"a": outcome(True, 0.1), "b": outcome(False, -0.2)},
+            "oracle": {"a": outcome(True, 0.3), "b": outcome(True, 0.4)},
+        },
+        "replication": {
+            "controls": [{"name": "oracle", "role": "positive", "behaved": False}],
+            "outcomes": {"oracle": {"a": outcome(True, 0.2), "b": outcome(False, -0.1)}},
+        },
+    }
+    judged_on = {"shuffled": ["a", "b"], "oracle": ["a", "b"]}
+    first, second = control_findings(record, judged_on)
+    assert first.cause == second.cause == "check"
+    assert first.summary == (
+        "the negative control shuffled passed a: the miniature cannot decide those checks"
+    )
+    assert [c.path for c in first.evidence] == ["outcomes.shuffled.a.advantage.estimate"]
+    assert first.evidence[0].says == "shuffled on a: pass"
+    assert second.summary == (
+        "the positive control oracle failed b on the replication seeds: "
+        "the miniature cannot decide those checks"
+    )
+    assert [c.path for c in second.evidence] == ["replication.outcomes.oracle.b.advantage.estimate"]
+    del record["replication"]
+    assert len(control_findings(record, judged_on)) == 1

@@ -68,7 +68,7 @@ from papers_eval import (
     write_claim,
 )
 from papers_eval.claim_record import Replication
-from papers_eval.diagnosis import finding
+from papers_eval.diagnosis import control_findings, finding
 from papers_eval.jobs import (
     ClaimJobs,
     Job,
@@ -600,10 +600,10 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     method, findings = spec.method, []
     replication = record.get("replication") or {}
 
-    def cite(subject: str, check: str, where: str = "") -> tuple[str, str]:
-        o = (replication if where else record)["outcomes"][subject][check]
+    def cite(subject: str, check: str) -> tuple[str, str]:
+        o = record["outcomes"][subject][check]
         return (
-            f"{where}outcomes.{subject}.{check}.advantage.estimate",
+            f"outcomes.{subject}.{check}.advantage.estimate",
             f"{subject} on {check}: {'pass' if o['passed'] else 'fail'}",
         )
 
@@ -652,25 +652,7 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                     ],
                 )
             )
-    seed_sets = [("", record, "")]
-    if replication.get("controls"):
-        seed_sets.append(("replication.", replication, " on the replication seeds"))
-    for where, judged, seeds_text in seed_sets:
-        for control in judged["controls"]:
-            if control["behaved"]:
-                continue
-            name, negative = control["name"], control["role"] == "negative"
-            judged_on = next(c.checks for c in spec.controls if c.name == name)
-            bad = [c for c in judged_on if judged["outcomes"][name][c]["passed"] == negative]
-            findings.append(
-                finding(
-                    "check",
-                    f"the {control['role']} control {name} "
-                    + ("passed" if negative else "failed")
-                    + f" {', '.join(bad)}{seeds_text}: the miniature cannot decide those checks",
-                    *[cite(name, c, where) for c in bad],
-                )
-            )
+    findings += control_findings(record, {c.name: c.checks for c in spec.controls})
     edges = (record.get("evidence") or {}).get("tuning_edges") or {}
     for subject, edge in edges.items():
         if edge["at_edge"]:

@@ -45,7 +45,7 @@ from papers_eval import (
     write_claim,
 )
 from papers_eval.claim_record import Replication
-from papers_eval.diagnosis import finding
+from papers_eval.diagnosis import control_findings, finding
 from papers_eval.jobs import Job, JobResult, run_jobs, runner_options, summarise_jobs
 from papers_eval.mechanism import budget_evidence
 from papers_eval.record import code_revision
@@ -619,32 +619,14 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     outcomes = record["outcomes"][method]
     sgd, plain = "sgd_beats_plain_answer_nll", "beats_plain_answer_nll"
 
-    def cite(subject: str, check: str, where: str = "") -> tuple[str, str]:
-        o = (record.get("replication") or {} if where else record)["outcomes"][subject][check]
+    def cite(subject: str, check: str) -> tuple[str, str]:
+        o = record["outcomes"][subject][check]
         return (
-            f"{where}outcomes.{subject}.{check}.advantage.estimate",
+            f"outcomes.{subject}.{check}.advantage.estimate",
             f"{subject} on {check}: {'pass' if o['passed'] else 'fail'}",
         )
 
-    seed_sets = [("", record, "")]
-    if (record.get("replication") or {}).get("controls"):
-        seed_sets.append(("replication.", record["replication"], " on the replication seeds"))
-    for where, judged, seeds_text in seed_sets:
-        for control in judged["controls"]:
-            if control["behaved"]:
-                continue
-            name, negative = control["name"], control["role"] == "negative"
-            judged_on = next(c.checks for c in spec.controls if c.name == name)
-            bad = [c for c in judged_on if judged["outcomes"][name][c]["passed"] == negative]
-            findings.append(
-                finding(
-                    "check",
-                    f"the {control['role']} control {name} "
-                    + ("passed" if control["role"] == "negative" else "failed")
-                    + f" {', '.join(bad)}{seeds_text}: the miniature cannot decide those checks",
-                    *[cite(name, c, where) for c in bad],
-                )
-            )
+    findings += control_findings(record, {c.name: c.checks for c in spec.controls})
     edges = (record.get("evidence") or {}).get("tuning_edges") or {}
     base = ((record.get("evidence") or {}).get("base") or {}).get("val_answer_nll")
     for subject, edge in edges.items():

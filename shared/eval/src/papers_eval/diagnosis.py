@@ -123,6 +123,42 @@ def validate(findings: Sequence[Finding], record: Mapping[str, Any]) -> list[dic
     return out
 
 
+def control_findings(record: Mapping[str, Any], judged_on: Mapping[str, Sequence[str]]) -> list:
+    """A ``check`` finding for each control that misbehaved (a negative control that passed a
+    check it is judged on, a positive one that failed one), on the registered seeds and, when
+    the record holds a replication with controls, on the replication seeds too; each cites the
+    control's advantage on those checks. ``judged_on``: control name -> the checks it is judged
+    on (``{c.name: c.checks for c in spec.controls}``)."""
+    replication = record.get("replication") or {}
+    seed_sets = [("", record, "")]
+    if replication.get("controls"):
+        seed_sets.append(("replication.", replication, " on the replication seeds"))
+    findings = []
+    for where, judged, seeds_text in seed_sets:
+        for control in judged["controls"]:
+            if control["behaved"]:
+                continue
+            name, negative = control["name"], control["role"] == "negative"
+            bad = [c for c in judged_on[name] if judged["outcomes"][name][c]["passed"] == negative]
+            cites = [
+                (
+                    f"{where}outcomes.{name}.{c}.advantage.estimate",
+                    f"{name} on {c}: {'pass' if judged['outcomes'][name][c]['passed'] else 'fail'}",
+                )
+                for c in bad
+            ]
+            findings.append(
+                finding(
+                    "check",
+                    f"the {control['role']} control {name} "
+                    + ("passed" if negative else "failed")
+                    + f" {', '.join(bad)}{seeds_text}: the miniature cannot decide those checks",
+                    *cites,
+                )
+            )
+    return findings
+
+
 def from_mapping(raw: Any) -> list[Finding]:
     """Findings from YAML/JSON: a list of ``{cause, summary, evidence: [{path, says}]}``."""
     items = raw if isinstance(raw, list) else [raw]
