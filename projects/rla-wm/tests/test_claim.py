@@ -21,12 +21,31 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
     assert record["project"] == "rla-wm" and record["quick"]
     assert record["verdict"] == outcome["verdict"]
     assert {c["role"] for c in record["controls"]} == {"negative", "positive"}
+    assert [c["name"] for c in record["ceilings"]] == ["rla_ceiling"]
     assert set(record["metrics"]) == set(SUBJECTS)
     metrics = record["metrics"]
     # persistence predicts no spread; the oracle and every model see the same truth
     assert metrics["persistence"]["collapse_ratio"]["mean"] == 0.0
     truth = metrics["oracle"]["truth_spread"]["mean"]
     assert all(metrics[s]["truth_spread"]["mean"] == truth for s in SUBJECTS)
+    # the oracle draws true trajectories: its best sample per outcome is often the outcome itself
+    assert (
+        metrics["oracle"]["feature_l1_best"]["mean"]
+        < metrics["persistence"]["feature_l1_best"]["mean"]
+    )
+    assert (
+        metrics["oracle"]["energy_distance"]["mean"]
+        < metrics["persistence"]["energy_distance"]["mean"]
+    )
+    # the decoder's applied change is the ceiling's metric alone
+    assert metrics["rla_ceiling"]["applied_change_ratio"]["mean"] > 0
+    assert metrics["rla_wm"]["applied_change_ratio"]["mean"] is None
+    assert [p["name"] for p in record["preconditions"]] == [
+        "truth_is_multimodal", "regression_collapses", "decoder_applies_the_change",
+        "pixel_beats_persistence", "bc_beats_random",
+    ]  # fmt: skip
+    if record["verdict"] != "held":  # every finding cites numbers of the record
+        assert record["diagnosis"] and all(f["evidence"] for f in record["diagnosis"])
     assert (
         metrics["pixel"]["flops_per_frame"]["mean"] > metrics["rla_wm"]["flops_per_frame"]["mean"]
     )
@@ -37,7 +56,17 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
         "rl_rla_wm",
         "rl_regression",
         "random",
+        "bc_all",
     }
+    # the same flows at the registered and the check's Euler steps
+    assert set(details["sample_steps"]["rla_wm"][0]) == {"2 steps", "4 steps"}
+    evidence = record["evidence"]
+    assert set(evidence["rla_ceiling"]) == {"rolled_out", "teacher_forced"}
+    assert (
+        0
+        < evidence["applied_change_ratio"]
+        == pytest.approx(metrics["rla_ceiling"]["applied_change_ratio"]["mean"])
+    )
     assert len(details["ablations_seed0"]) == 4
     for name in ("claim.md", "uses_and_ablations.png", "details.json"):
         assert (tmp_path / name).is_file()

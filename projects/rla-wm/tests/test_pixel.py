@@ -14,13 +14,14 @@ from rlawm.pixel import (
 SIZE, H, A = 16, 4, 2  # tiny frames; the project's chunk of 4 steps of 2-D pusher commands
 
 
-def tiny_model(seed: int = 0) -> PixelDiffusionWM:
+def tiny_model(seed: int = 0, prediction: str = "residual") -> PixelDiffusionWM:
     torch.manual_seed(seed)
     return PixelDiffusionWM(
         frame_size=SIZE,
         block_out_channels=(8, 16),
         norm_num_groups=4,
         num_train_timesteps=100,
+        prediction=prediction,
     )
 
 
@@ -40,8 +41,9 @@ def fit(model: torch.nn.Module, loss_fn, steps: int, lr: float) -> None:
         opt.step()
 
 
-def test_epsilon_loss_decreases_on_a_fixed_batch():
-    model = tiny_model()
+@pytest.mark.parametrize("prediction", ["residual", "epsilon"])
+def test_loss_decreases_on_a_fixed_batch(prediction):
+    model = tiny_model(prediction=prediction)
     current, actions = tiny_batch()
     future = current.roll(1, dims=-1)
 
@@ -57,8 +59,11 @@ def test_epsilon_loss_decreases_on_a_fixed_batch():
     assert fixed_loss() < 0.6 * before
 
 
-def test_sample_is_seeded_shaped_and_in_range():
-    model = tiny_model()
+@pytest.mark.parametrize("prediction", ["residual", "epsilon"])
+def test_sample_is_seeded_shaped_and_in_range(prediction):
+    model = tiny_model(prediction=prediction)
+    with torch.no_grad():  # a non-zero output layer: the residual model then depends on the noise
+        model.unet.conv_out.weight.normal_(0, 0.1)
     current, actions = tiny_batch(batch=2)
     first = model.sample(current, actions, steps=3, generator=torch.Generator().manual_seed(7))
     again = model.sample(current, actions, steps=3, generator=torch.Generator().manual_seed(7))
@@ -70,24 +75,50 @@ def test_sample_is_seeded_shaped_and_in_range():
 
 
 class OracleDenoiser(PixelDiffusionWM):
-    """The exact noise of x_t under a known clean frame: DDIM with it must return that frame."""
+    """The exact noise of x_t under a known clean frame (``epsilon``), or that frame itself
+    (``residual``, x0-prediction): DDIM with it must return that frame."""
 
     def __init__(self, clean: torch.Tensor, **kwargs) -> None:
         super().__init__(**kwargs)
         self.clean = clean
 
     def forward(self, noisy, current, actions, timesteps):
+        if self.prediction == "residual":
+            return self.clean
         alpha_bar = self.scheduler.alphas_cumprod[timesteps]
         return (noisy - alpha_bar.sqrt() * self.clean) / (1 - alpha_bar).sqrt()
 
 
+@pytest.mark.parametrize("prediction", ["residual", "epsilon"])
 @pytest.mark.parametrize("steps", [1, 4, 50])
-def test_ddim_with_the_exact_noise_recovers_the_clean_frame(steps):
+def test_ddim_with_the_exact_prediction_recovers_the_clean_frame(steps, prediction):
     current, actions = tiny_batch(batch=2)
     clean = current.roll(3, dims=-2) * 0.9
-    oracle = OracleDenoiser(clean, frame_size=SIZE, block_out_channels=(8, 16), norm_num_groups=4)
+    oracle = OracleDenoiser(
+        clean, frame_size=SIZE, block_out_channels=(8, 16), norm_num_groups=4,
+        prediction=prediction,
+    )  # fmt: skip
     out = oracle.sample(current, actions, steps, torch.Generator().manual_seed(0))
     assert torch.allclose(out, clean, atol=1e-4)
+
+
+def test_the_untrained_residual_model_is_persistence_and_its_loss_is_the_frame_change():
+    model = tiny_model()
+    current, actions = tiny_batch()
+    future = current.roll(1, dims=-1)
+    frames = model.sample(current, actions, 4, torch.Generator().manual_seed(0))
+    # a zero output layer: every DDIM step's clean estimate is the current frame (in [-1, 1])
+    torch.testing.assert_close(frames, current, atol=1e-4, rtol=0)
+    loss = model.loss(current, actions, future, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(loss, ((current - future) ** 2).mean())
+    # gradients still reach the UNet's output layer (its input is not zero)
+    loss.backward()
+    assert model.unet.conv_out.weight.grad.abs().sum() > 0
+
+
+def test_an_unknown_prediction_is_rejected():
+    with pytest.raises(ValueError, match="prediction"):
+        tiny_model(prediction="v")
 
 
 def test_rollout_chains_the_chunks():
@@ -104,10 +135,16 @@ def test_rollout_chains_the_chunks():
     assert torch.equal(frames[:, 0], first) and torch.equal(frames[:, 1], second)
 
 
-def test_gradients_reach_the_action_embedding_at_init():
-    model = tiny_model()
+@pytest.mark.parametrize("prediction", ["residual", "epsilon"])
+def test_gradients_reach_the_action_embedding(prediction):
+    model = tiny_model(prediction=prediction)
     current, actions = tiny_batch()
-    model.loss(current, actions, current, torch.Generator().manual_seed(0)).backward()
+    future = current.roll(1, dims=-1)
+    if prediction == "residual":
+        # the zero output layer blocks every gradient but its own at init; one step opens it
+        fit(model, lambda _: model.loss(current, actions, future, torch.Generator()), 1, 1e-3)
+        model.zero_grad()
+    model.loss(current, actions, future, torch.Generator().manual_seed(0)).backward()
     for p in model.action_embed.parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0
 

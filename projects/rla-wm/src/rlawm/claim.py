@@ -5,17 +5,23 @@ tokens encoded) and every subject trains on it at equal budgets:
 
 - ``rla_wm`` (the method): the RLA autoencoder, then flow matching over the standardised RLA;
 - ``regression`` (DINO-WM style), ``token_flow`` (flow over all tokens), ``rla_regression`` (the
-  RLA regressed, no flow), ``pixel`` (a diffusers UNet2DModel + DDIM on masked frames; its
-  predicted frames are encoded by the same frozen encoder);
-- controls: ``persistence`` and ``rla_wm_shuffled`` (negative), ``oracle`` (positive: the frozen
-  RLA decoder fed the true RLA of every outcome).
+  RLA regressed, no flow), ``pixel`` (a diffusers UNet2DModel + DDIM on masked frames, the next
+  frame predicted as the current one plus a residual; its predicted frames are encoded by the
+  same frozen encoder);
+- controls: ``persistence`` and ``rla_wm_shuffled`` (negative), ``oracle`` (positive, kind
+  oracle: the true outcomes resampled, 8 draws with replacement from the 4 true trajectories);
+  ``rla_ceiling`` (a ceiling, never judged: the frozen RLA decoder fed the true RLA of every
+  outcome, rolled out; teacher-forced in the evidence).
 
-The learning rate of every trained model is tuned on validation at the first seed (one grid).
-The uses (the world action model against label-only BC; a policy trained only inside RLA-WM,
-and the same inside the regression model, against a random policy) are judged in the MuJoCo
-scene from seeded starts. Diagnostics, ablations (concat input, latent size), the RLA's
-generalisation and temporal probes, PSNR/SSIM through a feature-to-pixel decoder and FLOPs /
-wall time per frame go to the record's evidence and to details.json.
+The learning rate of every trained model is tuned on validation at the first seed (one grid);
+``--replicate`` keeps it on the replication seeds. The uses (the world action model against
+label-only BC; a policy trained only inside RLA-WM, and the same inside the regression model,
+against a random policy; BC on every demonstration as their precondition) are judged in the
+MuJoCo scene from seeded starts. A verdict that is not ``held`` gets the budget evidence
+(RLA-WM and token flow at twice their steps) and a diagnosis (``diagnose``). Diagnostics,
+ablations (concat input, latent size), the RLA's generalisation and temporal probes, PSNR/SSIM
+through a feature-to-pixel decoder and FLOPs / wall time per frame go to the record's evidence
+and to details.json.
 
 Every world build, training, use and ablation is a job of the shared runner
 (``papers_eval.jobs``: ``--jobs`` worker processes of one torch thread each, a cache of finished
@@ -27,8 +33,10 @@ it reads does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -44,14 +52,29 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser  # noqa: E402
-from papers_eval import judge, load_claim_spec, run_seeds, tune, write_claim  # noqa: E402
+from papers_eval import (  # noqa: E402
+    grid_edges,
+    judge,
+    load_claim_spec,
+    run_seeds,
+    tune,
+    tuning_grids,
+    write_claim,
+)
+from papers_eval.claim_record import Replication  # noqa: E402
+from papers_eval.diagnosis import control_findings, finding  # noqa: E402
 from papers_eval.jobs import ClaimJobs, Job, JobResult, summarise_jobs  # noqa: E402
+from papers_eval.mechanism import budget_evidence  # noqa: E402
 from papers_eval.record import code_revision  # noqa: E402
-from papers_eval.tuning import tuning_grids  # noqa: E402
 from rlawm import core, uses  # noqa: E402
 from rlawm.cli import RLACLI  # noqa: E402
 from rlawm.data import PushWorldDataModule, chunk_pairs, encode  # noqa: E402
-from rlawm.evaluate import oracle_rollouts, predict_rollouts, score_rollouts  # noqa: E402
+from rlawm.evaluate import (  # noqa: E402
+    ceiling_rollouts,
+    predict_rollouts,
+    resampled_truth,
+    score_rollouts,
+)
 from rlawm.model import WorldModelModule  # noqa: E402
 from rlawm.pixel import (  # noqa: E402
     FeatureToPixelDecoder,
@@ -67,7 +90,7 @@ JOBS_DIR = PROJECT.parents[1] / "runs" / "rla-wm" / "jobs"
 INPUTS_DIR = PROJECT.parents[1] / "runs" / "rla-wm" / "inputs"
 TOKEN_MODELS = ("rla_wm", "regression", "token_flow", "rla_regression")
 TRAINED = (*TOKEN_MODELS, "pixel")
-SUBJECTS = (*TRAINED, "persistence", "rla_wm_shuffled", "oracle")
+SUBJECTS = (*TRAINED, "persistence", "rla_wm_shuffled", "oracle", "rla_ceiling")
 GROUP_METRICS = (
     "energy_distance",
     "feature_l1_best",
@@ -76,9 +99,10 @@ GROUP_METRICS = (
     "collapse_log_ratio",
     "truth_spread",
 )
-POLICY_METRICS = ("policy_success", "wam_gain", "policy_gain_over_random")
+POLICY_METRICS = ("policy_success", "wam_gain", "policy_gain_over_random", "bc_gain_over_random")
 METRICS = (
     *GROUP_METRICS,
+    "applied_change_ratio",
     "flops_per_frame",
     "wall_ms_per_frame",
     *POLICY_METRICS,
@@ -144,7 +168,9 @@ def fit_token_model(job: Job, settings: Mapping) -> dict[str, Any]:
     test (and, for RLA-WM, the shuffled-action and oracle controls and the diagnostics)."""
     subject, lr, seed = job.subject, job.params["lr"], job.seed
     start = time.perf_counter()
-    ae = settings["ae_steps"] if subject in ("rla_wm", "rla_regression") else 0
+    budget = job.params.get("budget", 1.0)  # the budget evidence's multiples of both stages
+    ae = round(budget * settings["ae_steps"]) if subject in ("rla_wm", "rla_regression") else 0
+    wm_steps = round(budget * settings["wm_steps"])
     cli = quiet_fit(
         WorldModelModule,
         PushWorldDataModule,
@@ -153,7 +179,7 @@ def fit_token_model(job: Job, settings: Mapping) -> dict[str, Any]:
         overrides=[
             f"--model.method={subject}",
             f"--model.rla_steps={ae}",
-            f"--trainer.max_steps={ae + settings['wm_steps']}",
+            f"--trainer.max_steps={ae + wm_steps}",
             f"--model.lr={lr}",
             f"--model.noise_seed={seed}",
             f"--model.sample_steps={settings['sample_steps']}",
@@ -187,14 +213,24 @@ def fit_token_model(job: Job, settings: Mapping) -> dict[str, Any]:
             model.predict_chunk, world.test, samples, seed, shuffled_actions
         )
         out["shuffled"] = scores_of(shuffled, world.test)
-        oracle = oracle_rollouts(model, world.test)
-        out["oracle"] = scores_of(oracle, world.test)
-        out["oracle_predictions"] = oracle
-        out["oracle_flops"] = float(
+        ceiling = ceiling_rollouts(model, world.test)
+        out["ceiling"] = scores_of(ceiling, world.test)
+        out["ceiling_predictions"] = ceiling
+        out["ceiling_teacher_forced"] = scores_of(
+            ceiling_rollouts(model, world.test, teacher_forced=True), world.test
+        )
+        out["ceiling_flops"] = float(
             count_flops(lambda: model.rla.decode(x, model.rla.encode(x, x)[0]))
         )
         out["diagnostics"] = rla_diagnostics(model, world)
         out["test_groups"] = world.test
+    if subject in ("rla_wm", "token_flow"):
+        # the Euler sampler's own under-dispersion: the same model with more steps
+        more = settings["sample_steps_check"]
+        fine, _ = timed_rollouts(
+            lambda x_t, a, g: model.predict_chunk(x_t, a, g, steps=more), world.test, samples, seed
+        )
+        out["more_sample_steps"] = scores_of(fine, world.test)
     return out
 
 
@@ -218,7 +254,11 @@ def rla_diagnostics(model: WorldModelModule, world) -> dict[str, float]:
         ],
         dim=1,
     )  # [G, 8, N, d]
+    # per group: ||D(x_k, z_k) - x_k|| / ||x_{k+1} - x_k|| over its outcomes and chunks (how
+    # much of the true change the decoder applies when it is given the true RLA)
+    applied = (with_z - x_t).view(g, -1).norm(dim=1) / (x_next - x_t).view(g, -1).norm(dim=1)
     return {
+        "applied_change_ratio": applied.numpy().astype(float),
         "l1_true_rla": float((with_z - x_next).abs().mean()),
         "l1_zero_rla": float((zero - x_next).abs().mean()),
         "l1_copy_x_t": float((x_t - x_next).abs().mean()),
@@ -348,7 +388,13 @@ def run_uses(job: Job, settings: Mapping) -> dict[str, Any]:
         rla=rla_wm.standardised_rla,
         videos=all_pairs[:2],
     )
-    policies["bc"], policies["wam"] = bc, wam
+    # the uses' precondition: BC on every demonstration with its actions (6x the labels BC and
+    # the WAM get) must beat a random policy, or the simulator cannot rank these policies
+    bc_all = new_policy(False)
+    out["curves"]["bc_all"] = uses.train_chunk_policy(
+        bc_all, all_pairs, settings["policy_steps"], 1e-3, seed
+    )
+    policies["bc"], policies["wam"], policies["bc_all"] = bc, wam, bc_all
     for name, step in (
         ("rl_rla_wm", uses.rla_wm_step(rla_wm, settings["rl_sample_steps"])),
         ("rl_regression", uses.regression_step(regression)),
@@ -633,23 +679,16 @@ def load_model(key: str) -> WorldModelModule:
 COST = {"pixel": 5, "rla_wm": 3, "rla_regression": 3, "regression": 2, "token_flow": 2}
 
 
-def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
-    """Build worlds, tune on validation, train every subject on every seed, run the uses, judge,
-    write results/."""
-    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
-    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
-    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
-    torch.set_num_threads(1)  # one thread per process on the 2-core machine
+def experiment(spec, runner: ClaimJobs, tuning=None, ablations: bool = True) -> dict[str, Any]:
+    """One seed set of the claim: its worlds; the learning rates tuned on validation at its
+    first seed (unless ``tuning`` is given: the replication keeps the registered choice); every
+    trained subject on every seed; the uses; (``ablations``) the autoencoder ablations and the
+    feature-to-pixel decoder on the first seed. Returns the per-subject results, the tuning,
+    the details and the fits the budget evidence starts from."""
+    settings, seeds = dict(spec.settings), list(spec.seeds)
     start = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    settings = dict(spec.settings)
-    seeds = list(spec.seeds)
     timings: dict[str, Any] = {}
-    runner = ClaimJobs(claim_job, args=args, settings=settings, cache_dir=JOBS_DIR,
-                       revision=code_revision(PROJECT), label="rla-wm")  # fmt: skip
-    run = runner.results  # a batch's JobResults; runner.ran keeps every one for the record
-
+    run = runner.results
     worlds: dict[int, str] = {}  # seed -> the digest of its world in INPUTS_DIR
     build_s: dict[int, float] = {}  # seed -> the world job's wall time
     fitted: dict[tuple, dict[str, Any]] = {}  # (subject, lr, seed) -> the fit job's value
@@ -666,70 +705,80 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     def fit_job(subject: str, lr: float, seed: int, stage: str) -> Job:
         return Job(subject, seed, {"lr": lr, "world": worlds[seed]}, stage)
 
-    first, later = seeds[0], seeds[1:]
-    grid = tuning_grids(spec.tuning, spec.subjects)
+    first = seeds[0]
     world_jobs = [Job("world", seed, {}, "world") for seed in seeds]
-    # the first worlds, then the tuning runs beside the other worlds (longest jobs first)
-    collect(run(world_jobs[:2]))
-    tuning_jobs = [
-        fit_job(subject, params["lr"], first, "tune")
-        for subject in TRAINED
-        for params in grid[subject]
-    ]
-    tuning_jobs.sort(key=lambda j: -COST[j.subject])
-    collect(run(tuning_jobs[:2] + world_jobs[2:] + tuning_jobs[2:]))
+    if tuning is None:
+        # the first worlds, then the tuning runs beside the other worlds (longest jobs first)
+        collect(run(world_jobs[:2]))
+        grid = tuning_grids(spec.tuning, spec.subjects)
+        tuning_jobs = [
+            fit_job(subject, params["lr"], first, "tune")
+            for subject in TRAINED
+            for params in grid[subject]
+        ]
+        tuning_jobs.sort(key=lambda j: -COST[j.subject])
+        collect(run(tuning_jobs[:2] + world_jobs[2:] + tuning_jobs[2:]))
+
+        def validation_score(subject, params, seed):
+            return float(np.mean(fitted[(subject, params["lr"], first)]["val"]["energy_distance"]))
+
+        tuning = tune(spec, validation_score)
+        fit_seeds = seeds[1:]
+    else:
+        collect(run(world_jobs))
+        fit_seeds = seeds
     timings["world_build_s"] = {seed: build_s[seed] for seed in seeds}
-
-    def validation_score(subject, params, seed):
-        return float(np.mean(fitted[(subject, params["lr"], first)]["val"]["energy_distance"]))
-
-    tuning = tune(spec, validation_score) if spec.tuning else None
-    best = {s: (tuning.best[s]["lr"] if tuning else 1e-3) for s in TRAINED}
+    best = {s: tuning.best[s]["lr"] for s in TRAINED}
     timings["tuning_s"] = time.perf_counter() - start
 
     def uses_job(seed: int) -> Job:
         models = {s: store_model(fitted[(s, best[s], seed)]) for s in ("rla_wm", "regression")}
         return Job("uses", seed, {"world": worlds[seed], **models}, "uses")
 
-    rest = [fit_job(s, best[s], seed, "test") for seed in later for s in TRAINED]
+    rest = [fit_job(s, best[s], seed, "test") for seed in fit_seeds for s in TRAINED]
     rest.sort(key=lambda j: -COST[j.subject])
-    ablation_job = Job(
-        "ablations",
-        first,
-        {"world": worlds[first], "rla_wm": store_model(fitted[("rla_wm", best["rla_wm"], first)])},
-        "ablations",
-    )
-    phase = run([*rest, uses_job(first), ablation_job])
-    collect(phase)
-    used = {first: phase[len(rest)].value}
-    ablation = phase[len(rest) + 1].value
-    used.update(
-        (result.job.seed, result.value) for result in run([uses_job(seed) for seed in later])
-    )
+    collect(run(rest))
+    extra = [uses_job(seed) for seed in seeds]
+    if ablations:
+        model = store_model(fitted[("rla_wm", best["rla_wm"], first)])
+        extra.append(
+            Job("ablations", first, {"world": worlds[first], "rla_wm": model}, "ablations")
+        )
+    done = run(extra)
+    used = {r.job.seed: r.value for r in done if r.job.stage == "uses"}
+    ablation = next((r.value for r in done if r.job.stage == "ablations"), None)
     runs = {(s, seed): fitted[(s, best[s], seed)] for s in TRAINED for seed in seeds}
     timings["total_training_s"] = time.perf_counter() - start
-
     test_groups = {seed: runs[("rla_wm", seed)]["test_groups"] for seed in seeds}
 
     def run_one(subject: str, seed: int) -> dict[str, Any]:
-        rla = runs[("rla_wm", seed)]
+        rla, groups = runs[("rla_wm", seed)], test_groups[seed]
         metrics: dict[str, Any] = {
             m: np.full(settings["sim_starts"], np.nan) for m in POLICY_METRICS
         }
+        metrics["applied_change_ratio"] = np.full(len(groups), np.nan)
+        wall, val = float("nan"), float("nan")
         if subject in TRAINED:
-            run = runs[(subject, seed)]
-            scores, flops, wall = run["test"], run["flops_per_frame"], run["wall_ms_per_frame"]
-            metrics["val_energy_distance"] = float(np.mean(run["val"]["energy_distance"]))
-        else:
-            if subject == "persistence":
-                scores, flops = persistence_scores(test_groups[seed]), 0.0
-            elif subject == "rla_wm_shuffled":
-                scores, flops = rla["shuffled"], rla["flops_per_frame"]
-            else:
-                scores, flops = rla["oracle"], rla["oracle_flops"]
-            wall = float("nan")
-            metrics["val_energy_distance"] = float("nan")
-        metrics.update(flops_per_frame=float(flops), wall_ms_per_frame=float(wall))
+            fit = runs[(subject, seed)]
+            scores, flops, wall = fit["test"], fit["flops_per_frame"], fit["wall_ms_per_frame"]
+            val = float(np.mean(fit["val"]["energy_distance"]))
+        elif subject == "persistence":
+            scores, flops = persistence_scores(groups), 0.0
+        elif subject == "rla_wm_shuffled":
+            scores, flops = rla["shuffled"], rla["flops_per_frame"]
+        elif subject == "oracle":
+            draws = resampled_truth(
+                groups, settings["num_samples"], torch.Generator().manual_seed(seed + 1)
+            )
+            scores, flops = scores_of(draws, groups), 0.0
+        else:  # rla_ceiling
+            scores, flops = rla["ceiling"], rla["ceiling_flops"]
+            metrics["applied_change_ratio"] = np.asarray(
+                rla["diagnostics"]["applied_change_ratio"], float
+            )
+        metrics.update(
+            flops_per_frame=float(flops), wall_ms_per_frame=float(wall), val_energy_distance=val
+        )
         for name in GROUP_METRICS:
             metrics[name] = np.asarray(scores[name], float)
         success = used[seed]["success"]
@@ -737,33 +786,98 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
             metrics["policy_success"] = success["rl_rla_wm"]
             metrics["wam_gain"] = success["wam"] - success["bc"]
             metrics["policy_gain_over_random"] = success["rl_rla_wm"] - success["random"]
+            metrics["bc_gain_over_random"] = success["bc_all"] - success["random"]
         elif subject == "regression":
             metrics["policy_success"] = success["rl_regression"]
             metrics["policy_gain_over_random"] = success["rl_regression"] - success["random"]
         return metrics
 
     results = run_seeds(spec, run_one)
-    resamples = 200 if args.quick else 2000  # --quick checks the pipeline, not the intervals
-    judgement = judge(spec, results, n_resamples=resamples)
     details = build_details(runs, used, ablation, seeds, settings, timings, best, test_groups)
-    figures = plot_all(out, used, seeds, details)
+    return {"results": results, "tuning": tuning, "details": details, "best": best,
+            "worlds": worlds, "runs": runs, "used": used}  # fmt: skip
+
+
+def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
+    """The registered seeds (tuning, every subject, the uses, ablations); with ``--replicate``
+    the same checks on the replication seeds (the registered learning rates kept); the budget
+    evidence (RLA-WM and token flow at 1x and 2x steps) when the method fails a check; a
+    diagnosis; judge; write results/."""
+    parser = reproduce_parser(__doc__.splitlines()[0], project_file=__file__)
+    args = parser.parse_args(argv)  # --jobs (default 2, the 2 cores; 1 with --quick), --fresh
+    spec = load_claim_spec(CLAIM_FILE, subjects=SUBJECTS, metrics=METRICS, args=args)
+    torch.set_num_threads(1)  # one thread per process on the 2-core machine
+    start = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = dict(spec.settings)
+    runner = ClaimJobs(claim_job, args=args, settings=settings, cache_dir=JOBS_DIR,
+                       revision=code_revision(PROJECT), label="rla-wm")  # fmt: skip
+    registered = experiment(spec, runner)
+    resamples = 200 if args.quick else 2000  # --quick checks the pipeline, not the intervals
+    judgement = judge(spec, registered["results"], n_resamples=resamples)
+    evidence = build_evidence(registered["details"])
+    replication = None
+    if args.replicate:
+        rspec = spec.for_replication()
+        replicated = experiment(rspec, runner, tuning=registered["tuning"], ablations=False)
+        replication = Replication(
+            rspec, replicated["results"], judge(rspec, replicated["results"], n_resamples=resamples)
+        )
+        evidence["replication"] = build_evidence(replicated["details"])
+    judgements = [judgement] + ([replication.judgement] if replication else [])
+    failed = any(
+        not j.outcomes[spec.method][c.name].passed for j in judgements for c in spec.checks
+    )
+    budget = method_budget(spec, runner, registered) if failed else None
+    grids = tuning_grids(spec.tuning, spec.subjects)
+    evidence["tuning_edges"] = grid_edges(registered["tuning"], grids, "lr")
+    details = registered["details"]
+    figures = plot_all(out, list(spec.seeds), details)
     (out / "details.json").write_text(json.dumps(details, indent=1, default=float) + "\n")
     write_claim(
         out,
         project="rla-wm",
         spec=spec,
-        results=results,
+        results=registered["results"],
         judgement=judgement,
-        config={"settings": settings, "quick": args.quick, "chosen_lr": best, "timings": timings},
+        replication=replication,
+        config={"settings": settings, "quick": args.quick, "chosen_lr": registered["best"]},
         wall_time_s=time.perf_counter() - start,
-        tuning=tuning,
-        evidence=build_evidence(details),
+        tuning=registered["tuning"],
+        evidence=evidence,
         notes=NOTES,
         figures=[*figures, "details.json"],
         n_resamples=resamples,
         jobs=summarise_jobs(runner.ran),
+        budget=budget,
+        diagnosis=functools.partial(diagnose, spec=spec),
     )
-    return {"verdict": judgement.verdict, "results": results, "details": details}
+    return {"verdict": judgement.verdict, "results": registered["results"], "details": details}
+
+
+def method_budget(spec, runner: ClaimJobs, registered: dict) -> dict[str, Any]:
+    """The budget evidence (papers_eval.mechanism.budget_evidence): RLA-WM and token flow (the
+    energy check's stronger reference in the first record) at 1x and 2x their registered steps
+    (RLA-WM: both the autoencoder's and the flow's) on the first seed, test energy distance."""
+    seed, best, worlds = spec.seeds[0], registered["best"], registered["worlds"]
+    rival = "token_flow"
+    jobs = {
+        s: Job(s, seed, {"lr": best[s], "world": worlds[seed], "budget": 2.0}, "budget")
+        for s in (spec.method, rival)
+    }
+    doubled = runner(list(jobs.values()))
+
+    def point(subject: str, multiplier: float, seed: int) -> dict[str, float]:
+        fit = registered["runs"][(subject, seed)] if multiplier == 1.0 else doubled[jobs[subject]]
+        return {"metric": float(np.mean(fit["test"]["energy_distance"])),
+                "wall_time_s": float(fit["train_s"])}  # fmt: skip
+
+    evidence = budget_evidence(
+        point, method=spec.method, rival=rival, goal="lower", seed=seed, multipliers=(1.0, 2.0)
+    )
+    return {"check": "energy_below_regression_and_token_flow", "metric": "energy_distance",
+            **evidence}  # fmt: skip
 
 
 def persistence_scores(groups) -> dict[str, np.ndarray]:
@@ -794,7 +908,7 @@ def image_scores(decoder, runs, test_groups, seed) -> dict[str, dict[str, float]
     truth_tokens = groups.tokens[:, :, -1]  # [G, M, L, C]
     out = {}
     candidates = {s: runs[(s, seed)]["predictions"][:, :, -1] for s in TRAINED}
-    candidates["oracle"] = runs[("rla_wm", seed)]["oracle_predictions"][:, :, -1]
+    candidates["rla_ceiling"] = runs[("rla_wm", seed)]["ceiling_predictions"][:, :, -1]
     candidates["decoded truth"] = truth_tokens
     for name, tokens in candidates.items():
         # [G, S, M]: which sample is closest to each outcome
@@ -814,15 +928,23 @@ def image_scores(decoder, runs, test_groups, seed) -> dict[str, dict[str, float]
     return out
 
 
-def build_details(runs, used, ablation, seeds, settings, timings, best, test_groups) -> dict:
-    decoder = FeatureToPixelDecoder(*test_groups[seeds[0]].tokens.shape[-2:], 64)
-    decoder.load_state_dict(ablation["decoder_state"])
-    decoder.eval()
+def mean_scores(scores: Mapping[str, Any]) -> dict[str, float]:
+    """A rollout's per-group scores averaged over its groups (the pooled ratio as it is)."""
+    keep = ("energy_distance", "feature_l1_best", "collapse_log_ratio", "pooled_collapse_ratio")
+    return {k: float(np.mean(scores[k])) for k in keep}
 
+
+def build_details(runs, used, ablation, seeds, settings, timings, best, test_groups) -> dict:
     def per_seed(fn):
         return {seed: fn(seed) for seed in seeds}
 
-    return {
+    def diagnostics(seed: int) -> dict[str, float]:
+        d = dict(runs[("rla_wm", seed)]["diagnostics"])
+        d["applied_change_ratio"] = float(np.mean(d["applied_change_ratio"]))
+        return d
+
+    steps = (settings["sample_steps"], settings["sample_steps_check"])
+    details = {
         "chosen_lr": best,
         "timings": timings,
         "train_s": {s: per_seed(lambda seed, s=s: runs[(s, seed)]["train_s"]) for s in TRAINED},
@@ -830,7 +952,23 @@ def build_details(runs, used, ablation, seeds, settings, timings, best, test_gro
             s: per_seed(lambda seed, s=s: runs[(s, seed)]["test"]["pooled_collapse_ratio"])
             for s in TRAINED
         },
-        "rla_diagnostics": per_seed(lambda seed: runs[("rla_wm", seed)]["diagnostics"]),
+        "rla_diagnostics": per_seed(diagnostics),
+        "rla_ceiling": per_seed(
+            lambda seed: {
+                "rolled_out": mean_scores(runs[("rla_wm", seed)]["ceiling"]),
+                "teacher_forced": mean_scores(runs[("rla_wm", seed)]["ceiling_teacher_forced"]),
+            }
+        ),
+        # the Euler sampler's under-dispersion: the same trained flow at two step counts
+        "sample_steps": {
+            s: per_seed(
+                lambda seed, s=s: {
+                    f"{steps[0]} steps": mean_scores(runs[(s, seed)]["test"]),
+                    f"{steps[1]} steps": mean_scores(runs[(s, seed)]["more_sample_steps"]),
+                }
+            )
+            for s in ("rla_wm", "token_flow")
+        },
         "generalisation": per_seed(lambda seed: used[seed]["generalisation"]),
         "temporal": per_seed(lambda seed: used[seed]["temporal"]),
         "simulator_success": per_seed(
@@ -843,11 +981,16 @@ def build_details(runs, used, ablation, seeds, settings, timings, best, test_gro
                 for k, v in used[seed]["curves"].items()
             }
         ),
-        "ablations_seed0": ablation["ablations"],
-        "image_quality_seed0": image_scores(decoder, runs, test_groups, seeds[0]),
         "flops_per_frame": {s: runs[(s, seeds[0])]["flops_per_frame"] for s in TRAINED},
         "wall_ms_per_frame": {s: runs[(s, seeds[0])]["wall_ms_per_frame"] for s in TRAINED},
     }
+    if ablation is not None:  # the registered seeds' first seed only
+        decoder = FeatureToPixelDecoder(*test_groups[seeds[0]].tokens.shape[-2:], 64)
+        decoder.load_state_dict(ablation["decoder_state"])
+        decoder.eval()
+        details["ablations_seed0"] = ablation["ablations"]
+        details["image_quality_seed0"] = image_scores(decoder, runs, test_groups, seeds[0])
+    return details
 
 
 def build_evidence(details: dict) -> dict[str, Any]:
@@ -856,7 +999,30 @@ def build_evidence(details: dict) -> dict[str, Any]:
     def mean(block: str, key: str) -> float:
         return float(np.mean([v[key] for v in details[block].values()]))
 
+    def ceiling(mode: str, key: str) -> float:
+        return float(np.mean([v[mode][key] for v in details["rla_ceiling"].values()]))
+
+    def sampler(subject: str, steps: str, key: str) -> float:
+        return float(np.mean([v[steps][key] for v in details["sample_steps"][subject].values()]))
+
+    step_counts = list(next(iter(details["sample_steps"]["rla_wm"].values())))
     evidence = {
+        # the decoder fed the true RLA, per group ||D(x_k, z_k) - x_k|| / ||x_{k+1} - x_k||
+        "applied_change_ratio": mean("rla_diagnostics", "applied_change_ratio"),
+        "rla_ceiling": {
+            mode: {k: ceiling(mode, k) for k in ("energy_distance", "collapse_log_ratio")}
+            for mode in ("rolled_out", "teacher_forced")
+        },
+        "sample_steps": {
+            subject: {
+                steps.replace(" ", "_"): {
+                    k: sampler(subject, steps, k)
+                    for k in ("pooled_collapse_ratio", "collapse_log_ratio", "energy_distance")
+                }
+                for steps in step_counts
+            }
+            for subject in ("rla_wm", "token_flow")
+        },
         "RLA decoder: L1 with the true RLA / z = 0 / copy x_t": [
             mean("rla_diagnostics", k) for k in ("l1_true_rla", "l1_zero_rla", "l1_copy_x_t")
         ],
@@ -892,7 +1058,7 @@ def build_evidence(details: dict) -> dict[str, Any]:
     return evidence
 
 
-def plot_all(out: Path, used, seeds, details) -> list[str]:
+def plot_all(out: Path, seeds, details) -> list[str]:
     """uses.png: simulator success per policy (mean over seeds); ablations.png."""
     names = list(details["simulator_success"][seeds[0]])
     means = [np.mean([details["simulator_success"][s][n] for s in seeds]) for n in names]
@@ -914,6 +1080,121 @@ def plot_all(out: Path, used, seeds, details) -> list[str]:
     fig.savefig(out / "uses_and_ablations.png")
     plt.close(fig)
     return ["uses_and_ablations.png"]
+
+
+def diagnose(record: dict[str, Any], *, spec) -> list:
+    """Findings for a verdict that is not ``held``, each citing the record's numbers:
+
+    - a control misbehaved or a precondition failed (registered or replication seeds):
+      ``check`` (the miniature cannot decide what that control or precondition guards);
+    - the method fails the energy check and the RLA ceiling (the decoder fed the true RLA,
+      rolled out) does not clear the bar either: ``implementation`` (the autoencoder, not the
+      flow, limits RLA-WM); the ceiling clears it and the method does not: ``undetermined``,
+      with the budget evidence (RLA-WM and token flow at twice their steps);
+    - the method's spread collapses at the registered Euler steps and not at the check's
+      larger count: ``implementation`` (the sampler under-disperses); the ceiling's rolled-out
+      spread collapses too: ``implementation`` (the decoder shrinks the change);
+    - anything else: ``undetermined``, citing the method's failed checks.
+    """
+    if record["verdict"] in ("held", "held, not replicated"):
+        return []
+    method, metrics = spec.method, record["metrics"]
+    outcomes = record["outcomes"][method]
+    evidence = record.get("evidence") or {}
+    findings = control_findings(record, {c.name: c.checks for c in spec.controls})
+    replication = record.get("replication") or {}
+    unmet = [(f"preconditions.{i}", p) for i, p in enumerate(record["preconditions"])]
+    unmet += [(f"replication.preconditions.{name}", p)
+              for name, p in (replication.get("preconditions") or {}).items()]  # fmt: skip
+    texts = {c.name: c.describe() for c in spec.preconditions}
+    for path, p in unmet:
+        if p["passed"]:
+            continue
+        name = p.get("name") or path.rsplit(".", 1)[-1]
+        seeds = " on the replication seeds" if path.startswith("replication") else ""
+        findings.append(
+            finding(
+                "check",
+                f"the precondition {name} failed{seeds} ({texts[name]}): the miniature does not "
+                "pose what the checks it guards need",
+                (f"{path}.advantage.estimate", f"{name}'s advantage over its bar"),
+            )
+        )
+
+    def mean(subject: str, metric: str) -> tuple[str, str]:
+        return f"metrics.{subject}.{metric}.mean", f"{subject}'s mean {metric}"
+
+    failed = [c for c, o in outcomes.items() if not o["passed"]]
+    energy = "energy_below_regression_and_token_flow"
+    if energy in failed:
+        check = next(c for c in spec.checks if c.name == energy)
+        bar = check.ratio * min(metrics[r]["energy_distance"]["mean"] for r in check.against)
+        ceiling = metrics["rla_ceiling"]["energy_distance"]["mean"]
+        cites = [mean(method, "energy_distance"), mean("rla_ceiling", "energy_distance"),
+                 *(mean(r, "energy_distance") for r in check.against),
+                 ("evidence.applied_change_ratio", "applied / true change, decoder fed the "
+                  "true RLA")]  # fmt: skip
+        if ceiling >= bar:
+            findings.append(
+                finding(
+                    "implementation",
+                    f"the RLA ceiling (the decoder fed the true RLA, rolled out) reaches energy "
+                    f"{ceiling:.3g}, not below the bar {bar:.3g}: the autoencoder, not the flow "
+                    "over its latent, keeps RLA-WM above the bar",
+                    *cites,
+                )
+            )
+        else:
+            if record.get("budget"):
+                cites += [("budget.gap.1", "token flow minus RLA-WM energy, registered steps"),
+                          ("budget.gap.2", "the same at twice the steps")]  # fmt: skip
+            findings.append(
+                finding(
+                    "undetermined",
+                    f"the RLA ceiling clears the bar ({ceiling:.3g} < {bar:.3g}) but RLA-WM's "
+                    "sampled latents do not: the flow over the RLA falls short of the decoder",
+                    *cites,
+                )
+            )
+    if "spread_not_collapsed" in failed:
+        more = f"{spec.settings['sample_steps_check']}_steps"
+        fewer = f"{spec.settings['sample_steps']}_steps"
+        steps = (evidence.get("sample_steps") or {}).get(method) or {}
+        rolled = (evidence.get("rla_ceiling") or {}).get("rolled_out") or {}
+        bound = math.log(0.5)
+        if more in steps and steps[more]["collapse_log_ratio"] > bound:
+            findings.append(
+                finding(
+                    "implementation",
+                    f"with {more.replace('_', ' ')} the same flow's spread is inside the band "
+                    f"(log ratio {steps[more]['collapse_log_ratio']:.3g}): the registered "
+                    f"{fewer.replace('_', ' ')} of Euler under-disperse",
+                    (f"evidence.sample_steps.{method}.{fewer}.collapse_log_ratio", "registered"),
+                    (f"evidence.sample_steps.{method}.{more}.collapse_log_ratio", "more steps"),
+                )
+            )
+        elif rolled and rolled["collapse_log_ratio"] <= bound:
+            findings.append(
+                finding(
+                    "implementation",
+                    "the RLA ceiling's rolled-out spread collapses too (log ratio "
+                    f"{rolled['collapse_log_ratio']:.3g}): the decoder shrinks the true change",
+                    ("evidence.rla_ceiling.rolled_out.collapse_log_ratio", "ceiling, rolled out"),
+                    mean(method, "collapse_log_ratio"),
+                )
+            )
+    if not findings:
+        findings.append(
+            finding(
+                "undetermined",
+                f"the method failed {', '.join(failed)}; no recorded number separates the causes",
+                *[
+                    (f"outcomes.{method}.{c}.advantage.estimate", f"{method} on {c}")
+                    for c in failed
+                ],
+            )
+        )
+    return findings
 
 
 def main() -> None:

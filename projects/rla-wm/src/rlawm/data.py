@@ -88,14 +88,17 @@ class World:
 
 class StepBatches(IterableDataset):
     """An endless stream of training batches; batch s is drawn by a generator seeded with
-    (seed, s), so a run resumed at step s sees exactly the batches an uninterrupted run sees."""
+    (seed, s), so a run resumed at step s sees exactly the batches an uninterrupted run sees.
+    ``start_step`` (a number, or a callable read at each new iteration: the trainer's global
+    step) says where a stream starts; read per iteration, an epoch cut short by
+    ``limit_train_batches`` goes on with the next batches instead of repeating its first."""
 
-    def __init__(self, x_t, x_next, chunks, batch_size: int, seed: int, start_step: int):
+    def __init__(self, x_t, x_next, chunks, batch_size: int, seed: int, start_step):
         self.x_t, self.x_next, self.chunks = x_t, x_next, chunks
         self.batch_size, self.seed, self.start_step = batch_size, seed, start_step
 
     def __iter__(self):
-        step = self.start_step
+        step = self.start_step() if callable(self.start_step) else self.start_step
         while True:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
             index = torch.randint(len(self.x_t), (self.batch_size,), generator=generator)
@@ -216,8 +219,14 @@ class PushWorldDataModule(L.LightningDataModule):
         return tuple(torch.cat(parts) for parts in zip(train, demos, strict=True))
 
     def train_dataloader(self):
-        # resumed runs restart the stream where they stopped (global_step is restored first)
-        start = self.trainer.global_step if self.trainer is not None else 0
+        # each epoch's stream starts at the trainer's step, read when the epoch starts: resumed
+        # runs restart where they stopped (global_step is restored first), and an epoch cut
+        # short by limit_train_batches does not repeat the previous epoch's batches
+        trainer = self.trainer
+
+        def start() -> int:
+            return trainer.global_step if trainer is not None else 0
+
         data = StepBatches(*self.pairs(), self.hparams.batch_size, self.hparams.seed, start)
         return DataLoader(data, batch_size=None)
 

@@ -73,9 +73,22 @@ def score_rollouts(
 
 
 @torch.no_grad()
-def oracle_rollouts(module, groups) -> torch.Tensor:
-    """The positive control: the frozen RLA decoder fed its own predictions and, per chunk, the
-    true RLA (the encoder on the real residual of each outcome): tokens [G, M, K, L, C]."""
+def resampled_truth(groups, samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The positive control (a real oracle): per group, ``samples`` of its M true outcome
+    trajectories drawn with replacement, tokens [G, S, K, L, C]. A world model that has learnt
+    the true distribution of outcomes produces draws like these."""
+    truth = groups.tokens[:, :, 1:]  # [G, M, K, L, C]
+    g, m = truth.shape[:2]
+    index = torch.randint(m, (g, samples), generator=generator)
+    return truth[torch.arange(g)[:, None], index]
+
+
+@torch.no_grad()
+def ceiling_rollouts(module, groups, teacher_forced: bool = False) -> torch.Tensor:
+    """The RLA ceiling (a diagnostic, not an oracle): the frozen RLA decoder fed, per outcome and
+    chunk, the true RLA (the encoder on the real residual of that outcome), tokens [G, M, K, L, C].
+    Rolled out, each chunk decodes from the previous prediction (what a perfect RLA predictor
+    would give); ``teacher_forced`` decodes each chunk from the true x_k (the decoder alone)."""
     truth = groups.tokens  # [G, M, K+1, L, C]
     g, m = truth.shape[:2]
     flat = truth.flatten(0, 1)  # [G*M, K+1, L, C]
@@ -83,7 +96,7 @@ def oracle_rollouts(module, groups) -> torch.Tensor:
     out = []
     for k in range(flat.shape[1] - 1):
         z, _ = module.rla.encode(flat[:, k], flat[:, k + 1])
-        x = module.rla.decode(x, z)
+        x = module.rla.decode(flat[:, k] if teacher_forced else x, z)
         out.append(x)
     predictions = torch.stack(out, dim=1)  # [G*M, K, L, C]
     return predictions.view(g, m, *predictions.shape[1:])

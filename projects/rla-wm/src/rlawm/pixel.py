@@ -1,8 +1,11 @@
 """The pixel-space baseline and the feature-to-pixel decoder.
 
 - ``PixelDiffusionWM``: an action-conditioned pixel video-diffusion world model (a diffusers
-  ``UNet2DModel`` trained with the DDPM epsilon loss, sampled with DDIM), the pixel baseline that
-  the paper compares RLA-WM against in quality and in FLOPs per predicted frame;
+  ``UNet2DModel`` sampled with DDIM), the pixel baseline that the paper compares RLA-WM against in
+  quality and in FLOPs per predicted frame. By default it predicts the clean next frame as the
+  current frame plus a residual (``prediction="residual"``: x0-prediction, zero-initialised
+  output, so the untrained model is persistence); ``prediction="epsilon"`` is the DDPM noise
+  loss of the first record, kept as an option;
 - ``FeatureToPixelDecoder``: frozen-encoder patch tokens back to frames, for evaluation and
   visualisation only (PSNR / SSIM of decoded predictions);
 - ``image_quality``: per-item PSNR and SSIM of [-1, 1] images;
@@ -35,6 +38,13 @@ class PixelDiffusionWM(nn.Module):
     action chunk [B, h, A] is flattened, embedded by an MLP to the UNet's timestep-embedding width
     and passed as ``class_labels`` through ``class_embed_type="identity"``, so diffusers adds it to
     the timestep embedding; every ResNet block turns that sum into a per-channel bias.
+
+    ``prediction``: ``"residual"`` (default) reads the UNet's output r as the clean-frame estimate
+    x0 = current + r, trained by MSE(x0, future) and sampled by DDIM with
+    ``prediction_type="sample"``; the UNet's output layer starts at zero, so the untrained model
+    predicts "nothing moves" and training only has to learn the motion (the first record's
+    epsilon-prediction model at the same budget output noise, PSNR 5.7 dB). ``"epsilon"`` is the
+    DDPM noise loss.
     """
 
     def __init__(
@@ -49,8 +59,12 @@ class PixelDiffusionWM(nn.Module):
         attention_head_dim: int = 8,
         norm_num_groups: int = 8,
         num_train_timesteps: int = 1000,
+        prediction: str = "residual",
     ) -> None:
         super().__init__()
+        if prediction not in ("residual", "epsilon"):
+            raise ValueError(f"prediction must be 'residual' or 'epsilon', got {prediction!r}")
+        self.prediction = prediction
         self.frame_size, self.channels = frame_size, channels
         self.chunk_len, self.action_dim = chunk_len, action_dim
         levels = len(block_out_channels)
@@ -69,6 +83,9 @@ class PixelDiffusionWM(nn.Module):
             norm_num_groups=norm_num_groups,
             class_embed_type="identity",
         )
+        if prediction == "residual":  # the untrained model copies the current frame
+            nn.init.zeros_(self.unet.conv_out.weight)
+            nn.init.zeros_(self.unet.conv_out.bias)
         embed_dim = block_out_channels[0] * 4  # UNet2DModel's default timestep-embedding width
         self.action_embed = nn.Sequential(
             nn.Linear(chunk_len * action_dim, embed_dim), nn.SiLU(), nn.Linear(embed_dim, embed_dim)
@@ -80,7 +97,7 @@ class PixelDiffusionWM(nn.Module):
             num_train_timesteps=num_train_timesteps,
             beta_start=0.1 / num_train_timesteps,
             beta_end=20.0 / num_train_timesteps,
-            prediction_type="epsilon",
+            prediction_type="sample" if prediction == "residual" else "epsilon",
             clip_sample=True,  # each DDIM step keeps its clean-frame estimate in [-1, 1]
             timestep_spacing="trailing",
         )
@@ -98,12 +115,12 @@ class PixelDiffusionWM(nn.Module):
             raise ValueError("current frames and actions have different batch sizes")
 
     def forward(self, noisy: Tensor, current: Tensor, actions: Tensor, timesteps: Tensor) -> Tensor:
-        """One denoiser call: the predicted noise epsilon [B, 3, H, W]."""
+        """One denoiser call [B, 3, H, W]: the clean next frame current + r (``residual``) or the
+        noise epsilon (``epsilon``), what the scheduler's prediction type expects."""
         self._check(current, actions)
         condition = self.action_embed(actions.flatten(1))  # [B, h*A] -> [B, E]
-        return self.unet(
-            torch.cat([noisy, current], dim=1), timesteps, class_labels=condition
-        ).sample
+        out = self.unet(torch.cat([noisy, current], dim=1), timesteps, class_labels=condition)
+        return current + out.sample if self.prediction == "residual" else out.sample
 
     def loss(
         self,
@@ -112,7 +129,8 @@ class PixelDiffusionWM(nn.Module):
         future: Tensor,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """DDPM epsilon-prediction loss: MSE(eps_theta(x_t, t | current, actions), eps)."""
+        """MSE(x0_theta(x_t, t | current, actions), future) for ``residual`` (x0-prediction);
+        the DDPM epsilon loss MSE(eps_theta(...), eps) for ``epsilon``."""
         batch = future.shape[0]
         t = torch.randint(
             0,
@@ -123,7 +141,8 @@ class PixelDiffusionWM(nn.Module):
         )
         noise = torch.randn(future.shape, generator=generator, device=future.device)
         noisy = self.scheduler.add_noise(future, noise, t)  # [B, 3, H, W]
-        return F.mse_loss(self(noisy, current, actions, t), noise)
+        target = future if self.prediction == "residual" else noise
+        return F.mse_loss(self(noisy, current, actions, t), target)
 
     @torch.no_grad()
     def sample(
@@ -140,8 +159,8 @@ class PixelDiffusionWM(nn.Module):
         x = torch.randn(current.shape, generator=generator, device=current.device)
         self.scheduler.set_timesteps(steps, device=current.device)
         for t in self.scheduler.timesteps:
-            eps = self(x, current, actions, t)
-            x = self.scheduler.step(eps, t, x, eta=0.0).prev_sample
+            output = self(x, current, actions, t)  # x0 (residual) or epsilon: the scheduler's type
+            x = self.scheduler.step(output, t, x, eta=0.0).prev_sample
         return x.clamp(-1.0, 1.0)
 
     @torch.no_grad()

@@ -1,0 +1,63 @@
+"""The claim's oracle (resampled true outcomes) and the RLA ceiling (decoder + true RLA), by
+value on hand-made groups."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from rlawm.evaluate import ceiling_rollouts, resampled_truth, score_rollouts
+
+
+def groups(g=3, m=4, k=3, tokens=2, channels=2, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return SimpleNamespace(tokens=torch.randn(g, m, k + 1, tokens, channels, generator=generator))
+
+
+def test_the_oracle_draws_whole_true_trajectories_of_its_own_group():
+    world = groups()
+    draws = resampled_truth(world, 64, torch.Generator().manual_seed(1))
+    assert draws.shape == (3, 64, 3, 2, 2)
+    truth = world.tokens[:, :, 1:]  # [G, M, K, L, C]
+    for group in range(3):
+        # every draw is one of its group's M outcomes, all chunks of the same outcome
+        match = (draws[group][:, None] == truth[group][None]).flatten(2).all(-1)  # [S, M]
+        assert match.sum(1).eq(1).all()
+        assert match.any(0).all()  # 64 draws from 4 outcomes: each one appears
+    again = resampled_truth(world, 64, torch.Generator().manual_seed(1))
+    assert torch.equal(draws, again)
+
+
+def test_the_resampled_truth_scores_near_the_truth_and_keeps_its_spread():
+    world = groups(g=16, tokens=4, channels=3)
+    scores = score_rollouts(resampled_truth(world, 8, torch.Generator().manual_seed(0)),
+                            world.tokens[:, :, 1:], 0.05)  # fmt: skip
+    copies = world.tokens[:, :1, :1].expand(-1, 1, 3, -1, -1)
+    persistence = score_rollouts(copies, world.tokens[:, :, 1:], 0.05)
+    assert scores["energy_distance"].mean() < 0.3 * persistence["energy_distance"].mean()
+    assert abs(torch.log(scores["collapse_ratio"]).mean()) < 0.25
+
+
+class HalfStepDecoder:
+    """encode = the true residual, decode = x + share * z: applies ``share`` of the change."""
+
+    def __init__(self, share: float):
+        self.share = share
+        self.rla = SimpleNamespace(
+            encode=lambda x_t, x_next: (x_next - x_t, None),
+            decode=lambda x, z: x + self.share * z,
+        )
+
+
+def test_the_ceiling_rolled_out_and_teacher_forced_by_value():
+    world = groups(g=2, m=3, k=3)
+    truth = world.tokens  # [G, M, K+1, L, C]
+    exact = ceiling_rollouts(HalfStepDecoder(1.0), world)
+    torch.testing.assert_close(exact, truth[:, :, 1:])  # a perfect decoder is the truth
+    forced = ceiling_rollouts(HalfStepDecoder(0.5), world, teacher_forced=True)
+    torch.testing.assert_close(forced, 0.5 * (truth[:, :, :-1] + truth[:, :, 1:]))
+    rolled = ceiling_rollouts(HalfStepDecoder(0.5), world)
+    # rolled out, chunk k starts from the previous prediction: x_hat_k = x_hat_{k-1} + d_k / 2
+    steps = 0.5 * (truth[:, :, 1:] - truth[:, :, :-1])
+    torch.testing.assert_close(rolled, truth[:, :, :1] + steps.cumsum(dim=2))
