@@ -1,11 +1,13 @@
 """The claim experiment: the --quick pipeline (fast lane) and the full run (slow)."""
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 
-from papers_eval import load_claim
+from papers_eval import load_claim, load_claim_spec
+from papers_eval.diagnosis import validate
 from rlawm import claim
 from rlawm.claim import SUBJECTS, run_claim_experiment
 
@@ -46,6 +48,7 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
     ]  # fmt: skip
     if record["verdict"] != "held":  # every finding cites numbers of the record
         assert record["diagnosis"] and all(f["evidence"] for f in record["diagnosis"])
+    check_diagnosis_rules(record)
     assert (
         metrics["pixel"]["flops_per_frame"]["mean"] > metrics["rla_wm"]["flops_per_frame"]["mean"]
     )
@@ -74,6 +77,49 @@ def test_reproduce_quick_writes_a_judged_record(tmp_path, monkeypatch):
     stored = sorted(path.name.split("-")[0] for path in (tmp_path / "inputs").iterdir())
     assert stored == ["model", "model", "world"]
     assert record["jobs"]["per_stage"]["tune"]["ran"] == len(claim.TRAINED)
+
+
+def check_diagnosis_rules(record: dict) -> None:
+    """The diagnosis rules on the quick record's numbers, edited: the ceiling above or below the
+    energy bar, the sampler's spread inside the band at more steps, a tuned rate on a grid end;
+    every finding's cites resolve to numbers of the record (papers_eval.diagnosis.validate)."""
+    spec = load_claim_spec(claim.CLAIM_FILE, subjects=SUBJECTS, metrics=claim.METRICS,
+                           allow_dirty=True)  # fmt: skip
+    base = copy.deepcopy(record)
+    base["verdict"] = "did not hold"
+    for name in ("energy_below_regression_and_token_flow", "spread_not_collapsed"):
+        base["outcomes"]["rla_wm"][name]["passed"] = False
+    steps = base["evidence"]["sample_steps"]["rla_wm"]
+    registered, more = (f"{spec.settings[k]}_steps" for k in ("sample_steps", "sample_steps_check"))
+    steps[registered], steps[more] = steps.pop("2_steps"), steps.pop("4_steps")
+
+    def causes(edit) -> list[tuple[str, str]]:
+        edited = copy.deepcopy(base)
+        edit(edited)
+        findings = validate(claim.diagnose(edited, spec=spec), edited)
+        return [(f["cause"], f["summary"]) for f in findings]
+
+    def ceiling_at(energy, spread_more=-5.0, edge=False):
+        def edit(r):
+            r["metrics"]["rla_ceiling"]["energy_distance"]["mean"] = energy
+            r["evidence"]["sample_steps"]["rla_wm"][more]["collapse_log_ratio"] = spread_more
+            r["evidence"]["tuning_edges"]["token_flow"]["at_edge"] = edge
+
+        return edit
+
+    above = causes(ceiling_at(1e9))
+    assert any(c == "implementation" and "autoencoder, not the flow" in t for c, t in above)
+    below = causes(ceiling_at(0.0))
+    assert any(c == "undetermined" and "ceiling clears the bar" in t for c, t in below)
+    sampler = causes(ceiling_at(0.0, spread_more=-0.1))
+    assert any(c == "implementation" and "under-disperse" in t for c, t in sampler)
+    assert not any("under-disperse" in t for _, t in below)
+    edged = causes(ceiling_at(0.0, edge=True))
+    assert any(c == "check" and "token_flow's tuned lr" in t for c, t in edged)
+    assert not any("token_flow's tuned lr" in t for _, t in below)
+    held = copy.deepcopy(base)
+    held["verdict"] = "held"
+    assert claim.diagnose(held, spec=spec) == []
 
 
 def test_a_bad_claim_file_stops_before_any_world_is_built(tmp_path, monkeypatch):

@@ -1094,7 +1094,8 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     - the method's spread collapses at the registered Euler steps and not at the check's
       larger count: ``implementation`` (the sampler under-disperses); the ceiling's rolled-out
       spread collapses too: ``implementation`` (the decoder shrinks the change);
-    - anything else: ``undetermined``, citing the method's failed checks.
+    - a tuned learning rate on an end of its grid (``evidence.tuning_edges``): ``check``;
+    - every other failed check of the method: ``undetermined``, citing its advantage.
     """
     if record["verdict"] in ("held", "held, not replicated"):
         return []
@@ -1121,10 +1122,23 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
             )
         )
 
+    for subject, edge in (evidence.get("tuning_edges") or {}).items():
+        if edge["at_edge"]:
+            findings.append(
+                finding(
+                    "check",
+                    f"{subject}'s tuned {edge['param']} ({edge['chosen']:g}) sits at an end of "
+                    f"its grid [{edge['low']:g}, {edge['high']:g}]: the grid must be extended "
+                    "before the comparisons it enters are fair",
+                    (f"evidence.tuning_edges.{subject}.chosen", f"{subject}'s chosen rate"),
+                )
+            )
+
     def mean(subject: str, metric: str) -> tuple[str, str]:
         return f"metrics.{subject}.{metric}.mean", f"{subject}'s mean {metric}"
 
     failed = [c for c, o in outcomes.items() if not o["passed"]]
+    explained: set[str] = set()
     energy = "energy_below_regression_and_token_flow"
     if energy in failed:
         check = next(c for c in spec.checks if c.name == energy)
@@ -1134,6 +1148,7 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                  *(mean(r, "energy_distance") for r in check.against),
                  ("evidence.applied_change_ratio", "applied / true change, decoder fed the "
                   "true RLA")]  # fmt: skip
+        explained.add(energy)
         if ceiling >= bar:
             findings.append(
                 finding(
@@ -1163,6 +1178,7 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
         rolled = (evidence.get("rla_ceiling") or {}).get("rolled_out") or {}
         bound = math.log(0.5)
         if more in steps and steps[more]["collapse_log_ratio"] > bound:
+            explained.add("spread_not_collapsed")
             findings.append(
                 finding(
                     "implementation",
@@ -1174,6 +1190,7 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                 )
             )
         elif rolled and rolled["collapse_log_ratio"] <= bound:
+            explained.add("spread_not_collapsed")
             findings.append(
                 finding(
                     "implementation",
@@ -1183,15 +1200,14 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
                     mean(method, "collapse_log_ratio"),
                 )
             )
-    if not findings:
+    rest = [c for c in failed if c not in explained]
+    if rest or not findings:
+        rest = rest or failed
         findings.append(
             finding(
                 "undetermined",
-                f"the method failed {', '.join(failed)}; no recorded number separates the causes",
-                *[
-                    (f"outcomes.{method}.{c}.advantage.estimate", f"{method} on {c}")
-                    for c in failed
-                ],
+                f"the method failed {', '.join(rest)}; no recorded number separates the causes",
+                *[(f"outcomes.{method}.{c}.advantage.estimate", f"{method} on {c}") for c in rest],
             )
         )
     return findings
