@@ -891,8 +891,9 @@ NOTES = (
     "Miniature: MuJoCo push scene at 64x64, hidden friction {0.2, 1.0} x box mass {0.1, 0.6}; "
     "the encoder is a tiny Dinov2Model self-supervised (masked patches) on separate episodes and "
     "frozen: a stand-in, not DINO. Tokens standardised per channel. World-model metrics are per "
-    "test group (one start, one 3-chunk action sequence, 4 true outcomes), intervals two-stage "
-    "bootstrap over seeds and groups, paired. Policy metrics are per simulator start (success = "
+    "test group (one start, one 3-chunk action sequence, 4 true outcomes); intervals as "
+    "papers_eval computes them (the wider of a paired group bootstrap within seeds and a t "
+    "interval over seed means). Policy metrics are per simulator start (success = "
     "the box reaches the goal patch at any step of 6 chunks), paired over the same starts. "
     "details.json holds diagnostics, ablations, probes, PSNR/SSIM, training curves and timings."
 )
