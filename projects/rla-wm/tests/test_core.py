@@ -284,3 +284,35 @@ def test_flow_training_and_sampling_recover_a_known_conditional_mixture():
                 (samples - (2 * sign - 1)).abs() < 0.5
             )
             assert near.float().mean() > 0.65
+
+
+def test_autoencoder_parts_compose_as_eqs_1_to_3_by_value():
+    """The decoder is x_t + out(blocks([project(x_t) + position ; project_latent(z)])[:L]); the
+    loss is L1 + MSE (weights 1 by default) of the decoded frame plus the VQ term, with the
+    latent snapped to the codebook when one exists."""
+    torch.manual_seed(0)
+    ae = core.RLAAutoencoder(C, L, width=16, depth=1, heads=2, latent_tokens=2, latent_dim=3,
+                             codebook_size=5)  # fmt: skip
+    for p in ae.parameters():  # off the zero-initialised output, so every part shows
+        torch.nn.init.normal_(p, std=0.3)
+    x_t, x_next = tokens(batch=3, seed=1), tokens(batch=3, seed=2)
+    with torch.no_grad():
+        raw = ae.encoder(core.encoder_input(x_t, x_next, "sub"))
+        z, vq = ae.encode(x_t, x_next)
+        want_z, want_vq = core.vector_quantize(raw, ae.codebook)
+        torch.testing.assert_close(z, want_z)
+        torch.testing.assert_close(vq, want_vq)
+        # every latent vector is a codebook row
+        assert ((z.reshape(-1, 1, 3) - ae.codebook[None]).abs().sum(-1).min(-1).values < 1e-6).all()
+        d = ae.decoder
+        hidden = torch.cat([d.project(x_t) + d.position, d.project_latent(z)], dim=1)
+        want = x_t + d.out(d.blocks(hidden)[:, :L])
+        decoded = ae.decode(x_t, z)
+        torch.testing.assert_close(decoded, want)
+        error = decoded - x_next
+        recon = error.abs().mean() + error.pow(2).mean()
+        torch.testing.assert_close(core.rla_reconstruction_loss(decoded, x_next), recon)
+        torch.testing.assert_close(ae.loss(x_t, x_next), recon + vq)
+        assert vq > 0
+        weighted = ae.loss(x_t, x_next, l1_weight=2.0, mse_weight=3.0)
+        torch.testing.assert_close(weighted, 2 * error.abs().mean() + 3 * error.pow(2).mean() + vq)

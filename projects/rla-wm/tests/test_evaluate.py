@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from rlawm.evaluate import ceiling_rollouts, resampled_truth, score_rollouts
@@ -61,3 +62,44 @@ def test_the_ceiling_rolled_out_and_teacher_forced_by_value():
     # rolled out, chunk k starts from the previous prediction: x_hat_k = x_hat_{k-1} + d_k / 2
     steps = 0.5 * (truth[:, :, 1:] - truth[:, :, :-1])
     torch.testing.assert_close(rolled, truth[:, :, :1] + steps.cumsum(dim=2))
+
+
+def test_score_rollouts_by_hand_counts():
+    """One token of one channel, K = 2 chunks, S = 3 samples, M = 2 outcomes per group."""
+    from rlawm import core
+
+    truth = torch.tensor(
+        [
+            [[0.0, 2.0], [0.0, 4.0]],  # group 0: outcomes A, B (chunks 1, 2)
+            [[0.0, 1.0], [0.0, 1.5]],
+        ]  # group 1: a smaller spread
+    )[..., None, None]  # [G=2, M=2, K=2, L=1, C=1]
+    predictions = torch.tensor(
+        [[[0.0, 2.0], [1.0, 3.0], [5.0, 9.0]],
+         [[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]]
+    )[..., None, None]  # [G=2, S=3, K=2, L=1, C=1]  # fmt: skip
+    group1_spread = float(core.spread(truth[1, :, -1].flatten(1)))
+    s = score_rollouts(predictions, truth, min_truth_spread=group1_spread)
+    assert set(s) == {"energy_distance", "feature_l1_best", "feature_l1_mean", "collapse_ratio",
+                      "pooled_collapse_ratio", "truth_spread", "prediction_spread"}  # fmt: skip
+    # group 0: L1 (mean over chunks) of samples to A: 0, 1, 6; to B: 1, 1, 5
+    torch.testing.assert_close(s["feature_l1_best"][0], torch.tensor(0.5))  # (0 + 1) / 2
+    torch.testing.assert_close(s["feature_l1_mean"][0], torch.tensor(14 / 6))
+    final_pred, final_true = predictions[:, :, -1].flatten(2), truth[:, :, -1].flatten(2)
+    for g in range(2):
+        torch.testing.assert_close(
+            s["energy_distance"][g], core.energy_distance(final_pred[g], final_true[g])
+        )
+        torch.testing.assert_close(s["truth_spread"][g], core.spread(final_true[g]))
+        torch.testing.assert_close(s["prediction_spread"][g], core.spread(final_pred[g]))
+    # a group whose truth spread equals the bar is kept: both groups count here
+    assert len(s["collapse_ratio"]) == 2
+    torch.testing.assert_close(s["collapse_ratio"], s["prediction_spread"] / s["truth_spread"])
+    pooled = core.pooled_collapse_ratio(final_pred, final_true, group1_spread)[0]
+    torch.testing.assert_close(s["pooled_collapse_ratio"], pooled)
+    # no multimodal group: no ratios, and the pooled ratio is NaN
+    none = score_rollouts(predictions, truth, min_truth_spread=1e6)
+    assert len(none["collapse_ratio"]) == 0 and torch.isnan(none["pooled_collapse_ratio"])
+    # predictions and truth for different numbers of groups are refused
+    with pytest.raises(ValueError):
+        score_rollouts(predictions, truth[:1], min_truth_spread=0.0)

@@ -63,17 +63,21 @@ def test_predict_chunk_composes_the_parts_of_each_method(method):
 
 
 class Recorder:
-    """Stands in for the trainer-side calls of a manual-optimisation step."""
+    """Stands in for the trainer-side calls of a manual-optimisation step: ``optimizers()``
+    returns one optimizer alone (as Lightning does) or the list; ``log`` records value and
+    whether it goes to the progress bar."""
 
     def __init__(self, m: WorldModelModule):
-        self.logged, self.m = {}, m
+        self.logged, self.prog_bar, self.m = {}, {}, m
         optimizers = m.configure_optimizers()
-        m.optimizers = lambda: optimizers
+        m.optimizers = lambda: optimizers[0] if len(optimizers) == 1 else optimizers
         m.manual_backward = lambda loss: loss.backward()
-        m.log = lambda name, value, **_: self.logged.__setitem__(
-            name, float(torch.as_tensor(value).detach())
-        )
+        m.log = self.log
         self.optimizers = optimizers
+
+    def log(self, name, value, prog_bar=False, **_):
+        self.logged[name] = float(torch.as_tensor(value).detach())
+        self.prog_bar[name] = prog_bar
 
 
 @pytest.mark.parametrize("method", ["rla_wm", "token_flow", "regression", "rla_regression"])
@@ -96,6 +100,7 @@ def test_the_world_model_stage_optimises_its_method_s_loss(method):
     loss = m.training_step(b, 0)
     torch.testing.assert_close(loss.detach(), want)
     assert recorder.logged["train/wm_loss"] == pytest.approx(float(want))
+    assert recorder.prog_bar["train/wm_loss"] is True
     after = m.state_dict()
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith("net.") for k in moved)  # the autoencoder stays frozen
@@ -113,5 +118,41 @@ def test_the_autoencoder_stage_optimises_the_reconstruction_loss_only():
     loss = m.training_step(b, 0)
     torch.testing.assert_close(loss.detach(), want)
     assert recorder.logged["train/rla_loss"] == pytest.approx(float(want))
+    assert recorder.prog_bar["train/rla_loss"] is True
     moved = {k for k, v in m.state_dict().items() if not torch.equal(before[k], v)}
     assert moved and all(k.startswith("rla.") for k in moved)
+
+
+def test_persistence_copies_the_frame_and_its_step_learns_nothing():
+    m, b = module("persistence"), batch()
+    assert torch.equal(m.predict_chunk(b["x_t"], b["chunk"]), b["x_t"])
+    assert not list(m.parameters())  # nothing to optimise
+    logged: dict = {}
+    m.optimizers = lambda: []
+    m.log = lambda name, value, **_: logged.__setitem__(name, value)
+    assert m.training_step(b, 0) is None
+    assert logged == {"train/loss": 0.0}
+
+
+def test_the_step_stream_draws_batch_s_from_its_own_seed():
+    """data.StepBatches: batch s is ``randint`` under a generator seeded seed * 1_000_003 + s,
+    whatever step the stream starts from (a number, or a callable read per iteration)."""
+    from itertools import islice
+
+    from rlawm.data import StepBatches
+
+    x_t = torch.arange(50.0)[:, None, None]
+    stream = StepBatches(x_t, x_t + 100, x_t + 200, batch_size=4, seed=7, start_step=3)
+    batches = list(islice(iter(stream), 3))
+    for offset, got in enumerate(batches):
+        g = torch.Generator().manual_seed(7 * 1_000_003 + 3 + offset)
+        index = torch.randint(50, (4,), generator=g)
+        torch.testing.assert_close(got["x_t"], x_t[index])
+        torch.testing.assert_close(got["x_next"], x_t[index] + 100)
+        torch.testing.assert_close(got["chunk"], x_t[index] + 200)
+    step = [5]
+    live = StepBatches(x_t, x_t, x_t, batch_size=4, seed=7, start_step=lambda: step[0])
+    first = next(iter(live))["x_t"]
+    step[0] = 3
+    torch.testing.assert_close(next(iter(live))["x_t"], batches[0]["x_t"])  # read per iteration
+    assert not torch.equal(first, batches[0]["x_t"])
