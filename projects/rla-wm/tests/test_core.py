@@ -316,3 +316,16 @@ def test_autoencoder_parts_compose_as_eqs_1_to_3_by_value():
         assert vq > 0
         weighted = ae.loss(x_t, x_next, l1_weight=2.0, mse_weight=3.0)
         torch.testing.assert_close(weighted, 2 * error.abs().mean() + 3 * error.pow(2).mean() + vq)
+
+
+def test_world_model_samples_with_ten_euler_steps_by_default():
+    torch.manual_seed(0)
+    model = world_model()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    x_t, actions = tokens(batch=2), torch.randn(2, H, A)
+    default = model.sample(x_t, actions, generator=torch.Generator().manual_seed(1))
+    ten = model.sample(x_t, actions, 10, torch.Generator().manual_seed(1))
+    eleven = model.sample(x_t, actions, 11, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(default, ten)
+    assert not torch.allclose(default, eleven)
