@@ -97,6 +97,13 @@ def test_score_rollouts_by_hand_counts():
     torch.testing.assert_close(s["collapse_ratio"], s["prediction_spread"] / s["truth_spread"])
     pooled = core.pooled_collapse_ratio(final_pred, final_true, group1_spread)[0]
     torch.testing.assert_close(s["pooled_collapse_ratio"], pooled)
+    # the bar at group 0's spread keeps group 0 alone, in the ratios and in the pooled ratio
+    group0_spread = float(core.spread(final_true[0]))
+    high = score_rollouts(predictions, truth, min_truth_spread=group0_spread)
+    assert len(high["collapse_ratio"]) == 1
+    torch.testing.assert_close(
+        high["pooled_collapse_ratio"], core.spread(final_pred[0]) / core.spread(final_true[0])
+    )
     # no multimodal group: no ratios, and the pooled ratio is NaN
     none = score_rollouts(predictions, truth, min_truth_spread=1e6)
     assert len(none["collapse_ratio"]) == 0 and torch.isnan(none["pooled_collapse_ratio"])
