@@ -13,19 +13,20 @@ resolves every cite and the record says the diagnosis was written after the run.
 
 from pathlib import Path
 
-from papers_eval import load_claim_spec
-from papers_eval.claim_record import attach_diagnosis, load_claim
+from papers_eval import rediagnose
 from rlawm import claim
 
 HERE = Path(__file__).parent
 
 
 def main() -> None:
-    record = load_claim(HERE / "claim.json", require_v3=True)
-    spec = load_claim_spec(
-        claim.CLAIM_FILE, subjects=claim.SUBJECTS, metrics=claim.METRICS, allow_dirty=True
+    rediagnose(
+        HERE / "claim.json",
+        claim.CLAIM_FILE,
+        claim.diagnose,
+        subjects=claim.SUBJECTS,
+        metrics=claim.METRICS,
     )
-    attach_diagnosis(HERE / "claim.json", claim.diagnose(record, spec=spec))
 
 
 if __name__ == "__main__":

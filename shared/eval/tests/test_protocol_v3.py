@@ -25,6 +25,7 @@ from papers_eval import (
     judge,
     load_claim,
     load_claim_spec,
+    rediagnose,
     write_claim,
 )
 from papers_eval.stats import NO_SEED_VARIATION
@@ -410,6 +411,27 @@ def test_a_missing_diagnosis_and_budget_are_flagged_and_can_be_attached_later(tm
     )
     assert record["diagnosis"][0]["cause"] == "undetermined"
     assert "**undetermined**" in (tmp_path / "results" / "claim.md").read_text()
+
+
+def test_rediagnose_applies_a_project_s_current_rules_to_a_written_record(tmp_path):
+    spec = load(tmp_path)
+    path = write(tmp_path, spec, results(BAD))
+    seen = {}
+
+    def diagnose(record, *, spec):
+        seen["verdict"], seen["method"] = record["verdict"], spec.method
+        return [finding("idea", "the rule read the record", ("metrics.method.error.mean", "x"))]
+
+    record = rediagnose(path, tmp_path / "claim.yaml", diagnose, subjects=SUBJECTS,
+                        metrics=METRICS)  # fmt: skip
+    assert seen == {"verdict": "did not hold", "method": spec.method}
+    assert record["diagnosis"][0]["cause"] == "idea"
+    assert (
+        record["diagnosis"][0]["evidence"][0]["value"]
+        == record["metrics"]["method"]["error"]["mean"]
+    )
+    assert record["diagnosis_written"] == "after the run, from the recorded numbers"
+    assert load_claim(path)["diagnosis"] == record["diagnosis"]
 
 
 # schema 3 beside schema 2

@@ -37,6 +37,7 @@ from papers_eval.claim import (
     Results,
     code_revision,
     combined_verdict,
+    load_claim_spec,
     summarise,
 )
 from papers_eval.record import _jsonable, git_revision, hardware_info
@@ -278,6 +279,23 @@ def attach_diagnosis(
     path.write_text(json.dumps(record, indent=2) + "\n")
     (path.parent / "claim.md").write_text(render_markdown(record))
     return record
+
+
+def rediagnose(
+    path: str | os.PathLike,
+    claim_file: str | os.PathLike,
+    diagnose: Callable[..., Sequence[diagnosis_rules.Finding]],
+    *,
+    subjects: Sequence[str],
+    metrics: Sequence[str],
+) -> dict[str, Any]:
+    """Rewrite a written record's diagnosis with a project's current rules: ``diagnose(record,
+    spec=spec)`` on the record at ``path`` and the spec of ``claim_file`` (loaded whatever the
+    tree's state: nothing here runs an experiment), then ``attach_diagnosis``. For rules
+    extended after a long run, applied to its recorded numbers instead of running it again."""
+    record = load_claim(path, require_v3=True)
+    spec = load_claim_spec(claim_file, subjects=subjects, metrics=metrics, allow_dirty=True)
+    return attach_diagnosis(path, diagnose(record, spec=spec))
 
 
 def _judgement_summary(judgement: Judgement) -> dict[str, Any]:
