@@ -1105,11 +1105,11 @@ def diagnose(record: dict[str, Any], *, spec) -> list:
     evidence = record.get("evidence") or {}
     findings = control_findings(record, {c.name: c.checks for c in spec.controls})
     replication = record.get("replication") or {}
-    unmet = [(f"preconditions.{i}", p) for i, p in enumerate(record["preconditions"])]
-    unmet += [(f"replication.preconditions.{name}", p)
+    judged = [(f"preconditions.{i}", p) for i, p in enumerate(record["preconditions"])]
+    judged += [(f"replication.preconditions.{name}", p)
               for name, p in (replication.get("preconditions") or {}).items()]  # fmt: skip
     texts = {c.name: c.describe() for c in spec.preconditions}
-    for path, p in unmet:
+    for path, p in judged:
         if p["passed"]:
             continue
         name = p.get("name") or path.rsplit(".", 1)[-1]
