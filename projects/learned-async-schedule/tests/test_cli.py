@@ -189,19 +189,41 @@ def test_bad_values_exit_2_with_one_paragraph(tiny_args, capsys, flags, expected
 
 
 def test_reproduce_quick_writes_the_claim_record(tmp_path):
-    outcome = run_claim_experiment(["--quick", "--out", str(tmp_path)])
+    """The quick pipeline with --replicate: every subject once (no duplicates), the in-family
+    control built from the fitted member, the reach and long-probe evidence, the replication,
+    and a diagnosis that cites the record whenever the verdict is not held."""
+    outcome = run_claim_experiment(["--quick", "--replicate", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json")
     assert record["project"] == "learned-async-schedule" and record["verdict"] == outcome["verdict"]
     assert set(record["metrics"]) == {
-        "las", "synchronous", "power", "sfd", "zero_probe", "hand_lag"
+        "las", "synchronous", "power", "sfd", "zero_probe", "in_family_lag"
     }  # fmt: skip
-    assert {c["name"]: c["role"] for c in record["controls"]} == {
-        "zero_probe": "negative", "hand_lag": "positive"
+    assert {c["name"]: (c["role"], c.get("kind")) for c in record["controls"]} == {
+        "zero_probe": ("negative", "negative"), "in_family_lag": ("positive", "in_family")
     }  # fmt: skip
     trials = record["tuning"]["trials"]
-    assert [t["params"]["power_exponent"] for t in trials["power"]] == [1.0, 2.0]
-    assert record["evidence"]["las_probe"]["0"]["probe_steps"] == 4
-    assert max(record["evidence"]["zero_probe_max_lag"]) < 0.01  # the start: ~ the identity
+    assert [t["params"]["power_exponent"] for t in trials["power"]] == [2.0, 5.0]
+    flags = record["config"]["flags"]
+    assert len({tuple(f) for f in flags.values()}) == len(flags)  # no subject is another's run
+    assert "--model.schedule=frozen" in flags["in_family_lag"]
+    evidence = record["evidence"]
+    assert evidence["las_probe"]["0"]["probe_steps"] == 4
+    assert max(evidence["zero_probe_max_lag"]) < 0.01  # the start: ~ the identity
+    reach = evidence["reach"]
+    assert reach["winner"] in ("power", "sfd") and set(reach["las_to_winner"]) == {"0"}
+    assert 0 <= reach["best_member_to_winner"] <= reach["synchronous_to_winner"] + 1e-9
+    starts = evidence["long_probe"]["starts"]
+    assert evidence["long_probe"]["steps"] == 6 and set(starts) == {
+        "identity_start", "strong_lag_start"
+    }  # fmt: skip
+    assert starts["strong_lag_start"]["f_half_start"] < 0.35 < starts["identity_start"][
+        "f_half_start"
+    ]  # the strong-lag probe starts far from the identity
+    assert set(evidence["tuning_edges"]) == {"power", "sfd"}
+    assert record["replication"]["seeds"] == [1]
+    assert "las_probe" in evidence["replication"]
+    if record["verdict"] not in ("held", "held, not replicated"):
+        assert record["diagnosis"]
     for name in ("claim.md", "learned_schedule.png", "samples.png"):
         assert (tmp_path / name).is_file()
 

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -7,16 +8,21 @@ from scipy import stats
 from async_schedule.baselines import POWER_GRID, PowerSchedule, SFDShiftedPath
 from async_schedule.core import (
     ConvexSchedule,
+    arclength_time_grid,
     average_schedules,
     corrected_lag_weight,
     detect_stable_window,
+    fit_schedule_to_path,
     global_time_density,
     guided_velocity,
     interpolate,
     joint_flow_matching_loss,
+    path_chamfer,
+    path_hausdorff,
     sample_global_time,
     sample_joint_ode,
     schedule_corrected_weight,
+    schedule_path,
     schedule_time_grid,
 )
 
@@ -455,3 +461,65 @@ def test_baseline_defaults_derivative_and_errors():
             ValueError, match=rf"^the SFD offset D must lie in \(0, 1\), got {delta}$"
         ):
             SFDShiftedPath(delta)
+
+
+def test_path_distances_by_hand():
+    """Two horizontal segments 0.5 apart: Hausdorff 0.5, chamfer 2 x 0.25; a path is at
+    distance 0 from itself; a point set that covers only half of the other is as far as the
+    uncovered end (the distance is symmetric)."""
+    x = torch.linspace(0, 1, 11, dtype=torch.float64)
+    low, high = torch.stack([x, 0 * x], 1), torch.stack([x, 0 * x + 0.5], 1)
+    assert float(path_hausdorff(low, high)) == pytest.approx(0.5)
+    assert float(path_chamfer(low, high)) == pytest.approx(0.5)
+    assert float(path_hausdorff(low, low)) == 0.0
+    half = low[:6]  # x in [0, 0.5]
+    assert float(path_hausdorff(low, half)) == pytest.approx(0.5)
+    assert float(path_hausdorff(half, low)) == pytest.approx(0.5)
+    # (tau, f(tau)) of the identity member is the diagonal
+    diagonal = schedule_path(ConvexSchedule(8, -30.0), 5)
+    torch.testing.assert_close(diagonal[:, 1], diagonal[:, 0], rtol=0, atol=1e-9)
+
+
+def test_fit_recovers_a_member_and_approaches_a_path_outside_the_family():
+    """Fitting a member's own path gives that path back; fitting SFD's shifted path (outside
+    the family) gets much closer than the start, and the fit is a valid member (f(0) = 0,
+    f(1) = 1, convex), deterministic."""
+    target_member = random_schedule(3)
+    with torch.no_grad():
+        target = schedule_path(target_member)
+    fitted = fit_schedule_to_path(target, steps=400)
+    assert float(path_hausdorff(schedule_path(fitted), target)) < 0.01
+    sfd = torch.stack(SFDShiftedPath(0.7).times(torch.linspace(0, 1, 401, dtype=torch.float64)), 1)
+    start = float(path_hausdorff(schedule_path(ConvexSchedule(8, -3.0)), sfd))
+    member = fit_schedule_to_path(sfd, steps=400)
+    reached = float(path_hausdorff(schedule_path(member), sfd))
+    assert start > 0.45 and reached < 0.2
+    again = fit_schedule_to_path(sfd, steps=400)
+    assert torch.equal(again.raw_increments, member.raw_increments)
+    f = schedule_path(member)[:, 1]
+    assert float(f[0]) == 0.0 and float(f[-1]) == pytest.approx(1.0, abs=1e-12)
+    assert bool((torch.diff(f, 2) >= -1e-12).all())  # convex
+    assert not member.raw_increments.requires_grad
+
+
+@pytest.mark.parametrize("schedule", [PowerSchedule(1.0), PowerSchedule(5.0), random_schedule(2)])
+def test_arclength_grid_moves_the_faster_representation_equally_at_every_step(schedule):
+    """Every step of the arc-length grid covers the same stretch of the path's L-infinity
+    length (int max(1, f') dtau, measured here on a fine grid), the whole length over the
+    steps; it runs from (0, 0) to (1, 1) on the schedule; for the identity it is the uniform
+    grid."""
+    lead, lag = arclength_time_grid(schedule, 12)
+    assert lead.shape == lag.shape == (13,)
+    assert float(lead[0]) == float(lag[0]) == 0.0 and float(lead[-1]) == float(lag[-1]) == 1.0
+    with torch.no_grad():
+        torch.testing.assert_close(lag, schedule(lead.double()).float())
+        fine = torch.linspace(0, 1, 100_001, dtype=torch.float64)
+        pieces = torch.maximum(fine.diff(), schedule(fine).diff())
+    cumulative = np.concatenate([[0.0], np.cumsum(pieces.numpy())])
+    length = cumulative[-1]
+    covered = np.diff(np.interp(lead.double().numpy(), fine.numpy(), cumulative))
+    np.testing.assert_allclose(covered, length / 12, rtol=2e-3)
+    if isinstance(schedule, PowerSchedule) and schedule.exponent == 1.0:
+        torch.testing.assert_close(lead, torch.linspace(0, 1, 13), rtol=0, atol=1e-6)
+    else:  # a lagging path is longer: the texture's last stretch gets more than one step
+        assert length > 1.05 and int((lag.diff() > 0.5).sum()) == 0

@@ -531,5 +531,8 @@ def test_control_findings_name_each_misbehaving_control_on_both_seed_sets():
         "the miniature cannot decide those checks"
     )
     assert [c.path for c in second.evidence] == ["replication.outcomes.oracle.b.advantage.estimate"]
+    # a control left out of judged_on is skipped (its project writes its own finding)
+    (only,) = control_findings(record, {"shuffled": ["a", "b"]})
+    assert only.summary.startswith("the negative control shuffled passed a")
     del record["replication"]
     assert len(control_findings(record, judged_on)) == 1

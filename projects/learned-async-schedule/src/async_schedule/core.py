@@ -300,3 +300,77 @@ def schedule_time_grid(
     tau = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
     with torch.no_grad():
         return tau.float(), schedule(tau).float()
+
+
+def arclength_time_grid(
+    schedule: Callable[[torch.Tensor], torch.Tensor], steps: int, resolution: int = 4096
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 2 on a grid uniform in the path's L-infinity length [reconstruction, a sampler
+    option]: global times tau_i such that every step moves the faster of the two
+    representations by the same amount, max(tau_{i+1} - tau_i, f(tau_{i+1}) - f(tau_i)) =
+    L / steps, with L = int_0^1 max(1, f'(tau)) dtau. A uniform tau grid gives the texture few
+    steps where f is steep (a strongly lagging f moves most of the texture in its last bins);
+    this grid gives it as many as SFD's sampler does (a uniform grid of u over SFD's path is
+    uniform in the same length). For the identity it is the uniform grid. Returns (tau_i,
+    f(tau_i)) [steps + 1] each, from (0, 0) to (1, 1)."""
+    fine = torch.linspace(0, 1, resolution + 1, dtype=torch.float64)
+    with torch.no_grad():
+        f = schedule(fine).to(torch.float64)
+    # f is non-decreasing, so the L-infinity length of a fine segment is the larger increment
+    length = torch.cat([fine.new_zeros(1), torch.cumsum(torch.maximum(fine.diff(), f.diff()), 0)])
+    levels = torch.linspace(0, float(length[-1]), steps + 1, dtype=torch.float64)
+    right = torch.searchsorted(length, levels).clamp(1, resolution)
+    share = (levels - length[right - 1]) / (length[right] - length[right - 1])
+    tau = fine[right - 1] + share * (fine[right] - fine[right - 1])
+    tau[0], tau[-1] = 0.0, 1.0
+    with torch.no_grad():
+        return tau.float(), schedule(tau).float()
+
+
+# --- The family's reach (issue 54; evidence and the in-family control, not the method) ---------
+# A schedule is a path of (t_lead, t_lag) pairs from (0, 0) to (1, 1). LAS's family only holds
+# the paths (tau, f(tau)) with f convex; SFD's shifted path leaves it (its semantics reach data
+# before the end). How close the family comes to a given path is measured between the two
+# paths as point sets, sampled densely along their global time.
+
+
+def path_hausdorff(path_a: torch.Tensor, path_b: torch.Tensor) -> torch.Tensor:
+    """The Hausdorff distance between two paths given as points [N, 2] and [M, 2] (Euclidean
+    in the (t_lead, t_lag) plane): the largest distance from a point of one to the other."""
+    distances = torch.cdist(path_a, path_b)
+    return torch.maximum(distances.min(1).values.max(), distances.min(0).values.max())
+
+
+def path_chamfer(path_a: torch.Tensor, path_b: torch.Tensor) -> torch.Tensor:
+    """The symmetric mean squared nearest-point distance between two paths [N, 2], [M, 2]: a
+    smooth stand-in for the Hausdorff distance, used as the fitting objective."""
+    distances = torch.cdist(path_a, path_b)
+    return distances.min(1).values.pow(2).mean() + distances.min(0).values.pow(2).mean()
+
+
+def schedule_path(schedule: Callable[[torch.Tensor], torch.Tensor], points: int = 401):
+    """A member of the family as a path: (tau, f(tau)) at ``points`` uniform global times."""
+    tau = torch.linspace(0, 1, points, dtype=torch.float64)
+    return torch.stack([tau, schedule(tau).to(torch.float64)], 1)
+
+
+def fit_schedule_to_path(
+    target: torch.Tensor,
+    bins: int = 8,
+    steps: int = 3000,
+    lr: float = 0.5,
+    init_increment: float = -3.0,
+) -> ConvexSchedule:
+    """The member of the ``bins``-bin family (Eq. 3) closest to a target path [M, 2]: Adam on
+    the a_k, minimising ``path_chamfer`` between (tau, f(tau)) and the target, deterministic
+    (float64, full batch). A tool for the in-family control and the reach evidence; the method
+    never sees a target path."""
+    schedule = ConvexSchedule(bins, init_increment).double()
+    optimizer = torch.optim.Adam(schedule.parameters(), lr=lr)
+    target = target.to(torch.float64)
+    for _ in range(steps):
+        loss = path_chamfer(schedule_path(schedule), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return schedule.requires_grad_(False)

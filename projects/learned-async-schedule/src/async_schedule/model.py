@@ -34,6 +34,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from async_schedule.baselines import PowerSchedule, SFDShiftedPath
 from async_schedule.core import (
     ConvexSchedule,
+    arclength_time_grid,
     average_schedules,
     corrected_lag_weight,
     detect_stable_window,
@@ -92,6 +93,7 @@ class AsyncDiffusionModule(LightningModule):
         sample_steps: PositiveInt = 16,
         test_samples: PositiveInt = 1000,
         ode_method: Literal["euler", "heun"] = "euler",
+        sample_grid: Literal["uniform", "arclength"] = "uniform",
         guidance_scale: NonNegativeFloat = 1.0,
     ) -> None:
         super().__init__()
@@ -156,7 +158,10 @@ class AsyncDiffusionModule(LightningModule):
         if h.schedule == "learned":
             return ConvexSchedule(h.schedule_bins, h.schedule_init)
         if h.schedule == "frozen":
-            return ConvexSchedule.from_normalised_slopes(torch.tensor(h.frozen_slopes))
+            # float64: a fitted member's first slopes can differ in the fifth digit, which
+            # float32 differences would blur (the member must stay strictly convex)
+            slopes = torch.tensor(h.frozen_slopes, dtype=torch.float64)
+            return ConvexSchedule.from_normalised_slopes(slopes)
         if h.schedule == "sfd":
             return SFDShiftedPath(h.sfd_delta)
         return PowerSchedule(1.0 if h.schedule == "synchronous" else h.power_exponent)
@@ -335,6 +340,10 @@ class AsyncDiffusionModule(LightningModule):
             "f_half_frozen": float(frozen[50]),
             "max_lag_frozen": float((CURVE_GRID - frozen).max()),
             "movement_sup": float((curves - curves[0]).abs().amax()),
+            # how much f still moved over the probe's last tenth (a converged probe: ~0)
+            "last_tenth_movement_sup": float(
+                (curves[-1] - curves[int(0.9 * (len(curves) - 1))]).abs().max()
+            ),
             "frozen_from_start_sup": float((frozen - curves[0]).abs().max()),
             "gradients": summarise_probe_gradients(self.probe_gradients),
         }
@@ -378,6 +387,8 @@ class AsyncDiffusionModule(LightningModule):
     def time_grid(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(self.schedule, SFDShiftedPath):
             return self.schedule.time_grid(steps)
+        if self.hparams.sample_grid == "arclength":
+            return arclength_time_grid(self.schedule, steps)
         return schedule_time_grid(self.schedule, steps)
 
     @torch.no_grad()

@@ -128,7 +128,8 @@ def control_findings(record: Mapping[str, Any], judged_on: Mapping[str, Sequence
     check it is judged on, a positive one that failed one), on the registered seeds and, when
     the record holds a replication with controls, on the replication seeds too; each cites the
     control's advantage on those checks. ``judged_on``: control name -> the checks it is judged
-    on (``{c.name: c.checks for c in spec.controls}``)."""
+    on (``{c.name: c.checks for c in spec.controls}``); a control left out of it is skipped
+    (a project that explains that control's misbehaviour in a finding of its own)."""
     replication = record.get("replication") or {}
     seed_sets = [("", record, "")]
     if replication.get("controls"):
@@ -136,9 +137,9 @@ def control_findings(record: Mapping[str, Any], judged_on: Mapping[str, Sequence
     findings = []
     for where, judged, seeds_text in seed_sets:
         for control in judged["controls"]:
-            if control["behaved"]:
-                continue
             name, negative = control["name"], control["role"] == "negative"
+            if control["behaved"] or name not in judged_on:
+                continue
             bad = [c for c in judged_on[name] if judged["outcomes"][name][c]["passed"] == negative]
             cites = [
                 (
