@@ -216,9 +216,9 @@ def test_reproduce_quick_writes_the_claim_record(tmp_path):
     assert evidence["long_probe"]["steps"] == 6 and set(starts) == {
         "identity_start", "strong_lag_start"
     }  # fmt: skip
-    assert starts["strong_lag_start"]["f_half_start"] < 0.35 < starts["identity_start"][
-        "f_half_start"
-    ]  # the strong-lag probe starts far from the identity
+    assert (
+        starts["strong_lag_start"]["f_half_start"] < 0.35 < starts["identity_start"]["f_half_start"]
+    )  # the strong-lag probe starts far from the identity
     assert set(evidence["tuning_edges"]) == {"power", "sfd"}
     assert record["replication"]["seeds"] == [1]
     assert "las_probe" in evidence["replication"]
