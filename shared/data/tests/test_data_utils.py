@@ -258,6 +258,12 @@ model = Record()
 trainer.fit(model, datamodule=Data(), ckpt_path=ckpt)
 with open(f"{root}/seen{trainer.global_rank}.json", "w") as f:
     json.dump(model.seen, f)
+# Tear the process group down before the interpreter exits: left to exit-time destruction, a
+# gloo thread was once killed mid-flight ("terminate called without an active exception",
+# SIGABRT) after both ranks had written their files.
+if torch.distributed.is_initialized():
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 """
 
 
