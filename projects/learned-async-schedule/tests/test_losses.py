@@ -1,0 +1,116 @@
+"""Value tests of the LightningModule's training path without data or a trainer: the loss a
+batch gets (``_losses``: the time draw, the per-representation noise, the label dropout, the
+network call, Eq. 5), the lead / lag times and weights of each schedule (``times``), and the
+probe's speed term in ``training_step``. Stub velocity fields with known values stand in for
+the network, so a swapped argument, a wrong time or a dropped weight shows."""
+
+import pytest
+import torch
+from torch import nn
+
+from async_schedule.baselines import SFDShiftedPath
+from async_schedule.core import (
+    corrected_lag_weight,
+    interpolate,
+    joint_flow_matching_loss,
+    sample_global_time,
+    schedule_corrected_weight,
+)
+from async_schedule.model import AsyncDiffusionModule
+
+
+class LabelAwareVelocity(nn.Module):
+    def forward(self, lead, lag, t_lead, t_lag, labels):
+        shift = 0.0 if labels is None else (labels.float() + 1).reshape(-1, 1, 1, 1)
+        v_lead = 0.5 * lead + shift + t_lead.reshape(-1, 1, 1, 1)
+        v_lag = -lag + 2 * t_lag.reshape(-1, 1, 1, 1) + 0.1 * shift
+        return v_lead, v_lag
+
+
+def batch(n=6):
+    g = torch.Generator().manual_seed(11)
+    return {
+        "lead": torch.randn(n, 8, 1, 1, generator=g),
+        "lag": torch.randn(n, 1, 16, 16, generator=g),
+        "label": torch.arange(n) % 10,
+    }
+
+
+def module(**overrides):
+    args = dict(width=32, depth=1, heads=2, lead_channels=8, lead_size=1)
+    model = AsyncDiffusionModule(**{**args, **overrides})
+    model.network = LabelAwareVelocity()
+    return model
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"schedule": "learned", "schedule_init": 0.0},  # a lagging f, corrected weight
+        {"schedule": "power", "power_exponent": 3.0, "corrected": False},
+        {"schedule": "sfd", "sfd_delta": 0.5, "lead_loss_weight": 0.25},
+        {"schedule": "synchronous", "num_classes": 10, "label_dropout": 0.5},
+    ],
+    ids=["learned", "power-uncorrected", "sfd", "conditional"],
+)
+def test_losses_are_eq5_on_the_schedules_times_and_fresh_noise(overrides):
+    model = module(**overrides)
+    data, h = batch(), model.hparams
+    torch.manual_seed(5)
+    got = model._losses(data, drop_labels=True)
+    torch.manual_seed(5)  # the same draws in the same order, written out
+    tau = sample_global_time(6, None, h.time_loc, h.time_scale, h.uniform_share)
+    t_lead, t_lag, weight = model.times(tau)
+    x_lead, u_lead = interpolate(data["lead"], torch.randn_like(data["lead"]), t_lead)
+    x_lag, u_lag = interpolate(data["lag"], torch.randn_like(data["lag"]), t_lag)
+    labels = None
+    if h.num_classes:
+        drop = torch.rand(6) < h.label_dropout
+        labels = torch.where(drop, h.num_classes, data["label"])
+        assert bool(drop.any()) and not bool(drop.all())  # the dropout acts on this draw
+    v_lead, v_lag = LabelAwareVelocity()(x_lead, x_lag, t_lead, t_lag, labels)
+    want = joint_flow_matching_loss(v_lead, v_lag, u_lead, u_lag, weight, h.lead_loss_weight)
+    for key in ("loss", "loss_lead", "loss_lag"):
+        torch.testing.assert_close(got[key], want[key])
+    # validation keeps the labels
+    if h.num_classes:
+        torch.manual_seed(5)
+        kept = model._losses(data, drop_labels=False)
+        assert not torch.allclose(kept["loss"], got["loss"])
+
+
+def test_times_and_weights_of_each_schedule():
+    tau = torch.tensor([0.0, 0.2, 0.5, 0.9, 1.0])
+    learned = module(schedule="learned", schedule_init=0.0)
+    t_lead, t_lag, weight = learned.times(tau)
+    assert torch.equal(t_lead, tau)
+    with torch.no_grad():
+        torch.testing.assert_close(t_lag, learned.schedule(tau))
+        torch.testing.assert_close(weight, corrected_lag_weight(tau, learned.schedule))
+    assert bool((t_lag[1:-1] < tau[1:-1]).all())  # the texture lags
+    assert module(schedule="learned", corrected=False).times(tau)[2] is None
+    sfd = module(schedule="sfd", sfd_delta=0.5)
+    s_lead, s_lag, s_weight = sfd.times(tau)
+    path = SFDShiftedPath(0.5)
+    want_lead, want_lag = path.times(tau)
+    assert torch.equal(s_lead, want_lead) and torch.equal(s_lag, want_lag)
+    torch.testing.assert_close(
+        s_weight, schedule_corrected_weight(tau, want_lag, path.lag_speed(tau))
+    )
+    assert float(s_weight[1]) == 0.0  # texture held at noise: no weight
+
+
+def test_probe_step_adds_the_speed_term_and_the_main_stage_does_not(monkeypatch):
+    model = module(schedule="learned", schedule_init=0.0, probe_steps=5, speed_weight=0.3)
+    monkeypatch.setattr(model, "log", lambda *a, **k: None)
+    monkeypatch.setattr(model, "log_dict", lambda *a, **k: None)
+    data = batch()
+    torch.manual_seed(2)
+    probing = model.training_step(data, 0)
+    torch.manual_seed(2)
+    plain = model._losses(data, drop_labels=True)["loss"]
+    torch.testing.assert_close(probing, plain + 0.3 * model.schedule.kinetic_excess())
+    assert float(model.schedule.kinetic_excess().detach()) > 0.01  # the term is not zero here
+    model.probing = False
+    torch.manual_seed(2)
+    torch.testing.assert_close(model.training_step(data, 0), plain)
