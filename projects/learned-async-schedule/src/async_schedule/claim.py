@@ -502,7 +502,9 @@ def long_probe_evidence(runs: dict[str, dict], settings: dict, target: torch.Ten
         report = result["probe"]
         out[name] = {
             "f_half_start": report.get("f_half_start"),
+            "f_half_final": report.get("f_half_final"),  # the last probe iterate
             "f_half_frozen": report.get("f_half_frozen"),
+            "window_start": report.get("window_start"),
             "max_lag_frozen": report.get("max_lag_frozen"),
             "last_tenth_movement_sup": report.get("last_tenth_movement_sup"),
             "window_length": report.get("window_length"),
