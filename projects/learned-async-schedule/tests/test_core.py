@@ -1,3 +1,4 @@
+import inspect
 import math
 
 import numpy as np
@@ -475,6 +476,10 @@ def test_path_distances_by_hand():
     half = low[:6]  # x in [0, 0.5]
     assert float(path_hausdorff(low, half)) == pytest.approx(0.5)
     assert float(path_hausdorff(half, low)) == pytest.approx(0.5)
+    # chamfer, one-sided cover: from `low` to `half` the points x = 0.6..1.0 are 0.1..0.5 away
+    # (mean square 0.11 over 11 points: 0.01 + ... + 0.25 = 0.55), back from `half` all are 0
+    assert float(path_chamfer(low, half)) == pytest.approx(0.55 / 11)
+    assert float(path_chamfer(half, low)) == pytest.approx(0.55 / 11)
     # (tau, f(tau)) of the identity member is the diagonal
     diagonal = schedule_path(ConvexSchedule(8, -30.0), 5)
     torch.testing.assert_close(diagonal[:, 1], diagonal[:, 0], rtol=0, atol=1e-9)
@@ -501,6 +506,13 @@ def test_fit_recovers_a_member_and_approaches_a_path_outside_the_family():
     assert float(f[0]) == 0.0 and float(f[-1]) == pytest.approx(1.0, abs=1e-12)
     assert bool((torch.diff(f, 2) >= -1e-12).all())  # convex
     assert not member.raw_increments.requires_grad
+    # the claim's in-family member relies on the defaults: 8 bins, Adam at 0.5, from a = -3
+    defaults = inspect.signature(fit_schedule_to_path).parameters
+    assert member.bins == 8 and defaults["lr"].default == 0.5
+    assert defaults["init_increment"].default == -3.0 and defaults["steps"].default == 3000
+    # a float32 target path gives the float64 fit of the same points
+    single = fit_schedule_to_path(sfd.float(), steps=400)
+    torch.testing.assert_close(single.raw_increments, member.raw_increments, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("schedule", [PowerSchedule(1.0), PowerSchedule(5.0), random_schedule(2)])

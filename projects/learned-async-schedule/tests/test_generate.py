@@ -105,3 +105,21 @@ def test_autoguidance_extrapolates_from_the_guide_network():
     ref = euler_by_hand(model, 3, 5, 2, guided)
     torch.testing.assert_close(lead, ref[0])
     torch.testing.assert_close(lag, ref[1])
+
+
+def test_time_grid_follows_the_sample_grid_setting():
+    """``sample_grid`` picks the arc-length grid or the uniform tau grid for a convex schedule;
+    SFD always keeps its own three-phase grid."""
+    from async_schedule.core import arclength_time_grid, schedule_time_grid
+
+    for grid, build in (("arclength", arclength_time_grid), ("uniform", schedule_time_grid)):
+        model = tiny_module(schedule="power", power_exponent=4.0, sample_grid=grid)
+        want = build(model.schedule, 9)
+        for got, expected in zip(model.time_grid(9), want, strict=True):
+            assert torch.equal(got, expected)
+    arc = tiny_module(schedule="power", power_exponent=4.0, sample_grid="arclength")
+    uniform = tiny_module(schedule="power", power_exponent=4.0, sample_grid="uniform")
+    assert not torch.equal(arc.time_grid(9)[0], uniform.time_grid(9)[0])
+    sfd = tiny_module(schedule="sfd", sfd_delta=0.5, sample_grid="arclength")
+    for got, expected in zip(sfd.time_grid(9), sfd.schedule.time_grid(9), strict=True):
+        assert torch.equal(got, expected)
