@@ -510,6 +510,8 @@ def test_fit_recovers_a_member_and_approaches_a_path_outside_the_family():
     defaults = inspect.signature(fit_schedule_to_path).parameters
     assert member.bins == 8 and defaults["lr"].default == 0.5
     assert defaults["init_increment"].default == -3.0 and defaults["steps"].default == 3000
+    explicit = fit_schedule_to_path(sfd, bins=8, steps=400, lr=0.5, init_increment=-3.0)
+    assert torch.equal(explicit.raw_increments, member.raw_increments)
     # a float32 target path gives the float64 fit of the same points
     single = fit_schedule_to_path(sfd.float(), steps=400)
     torch.testing.assert_close(single.raw_increments, member.raw_increments, rtol=1e-4, atol=1e-5)

@@ -22,7 +22,11 @@ from async_schedule.model import AsyncDiffusionModule
 class LabelAwareVelocity(nn.Module):
     def forward(self, lead, lag, t_lead, t_lag, labels):
         shift = 0.0 if labels is None else (labels.float() + 1).reshape(-1, 1, 1, 1)
-        v_lead = 0.5 * lead + shift + t_lead.reshape(-1, 1, 1, 1)
+        # the lead velocity also reads the texture and its time, as the DiT does: the lead
+        # loss then depends on f, so the probe's gradient has a lead part
+        texture = lag.mean(dim=(1, 2, 3)).reshape(-1, 1, 1, 1)
+        v_lead = 0.5 * lead + shift + t_lead.reshape(-1, 1, 1, 1) + 0.3 * t_lag.reshape(-1, 1, 1, 1)
+        v_lead = v_lead + 0.2 * texture
         v_lag = -lag + 2 * t_lag.reshape(-1, 1, 1, 1) + 0.1 * shift
         return v_lead, v_lag
 
@@ -161,11 +165,14 @@ def test_probe_diagnostics_split_the_schedule_gradient(monkeypatch):
     torch.manual_seed(4)
     losses = model._losses(data, drop_labels=True)
     a = model.schedule.raw_increments
-    (want_lag,) = torch.autograd.grad(losses["loss"] - 0.5 * losses["loss_lead"], a)
+    lag_term = losses["loss"] - 0.5 * losses["loss_lead"]
+    (want_lag,) = torch.autograd.grad(lag_term, a, retain_graph=True)
     (want_speed,) = torch.autograd.grad(0.3 * model.schedule.kinetic_excess(), a)
     torch.testing.assert_close(lag_part, want_lag)
     torch.testing.assert_close(speed_part, want_speed)
     assert float(want_lag.abs().sum()) > 0 and float(want_speed.abs().sum()) > 0
+    (lead_part,) = torch.autograd.grad(losses["loss_lead"], a)
+    assert float(lead_part.abs().sum()) > 1e-4  # the lead term reaches f: the split matters
     # the step's loss still backpropagates after the diagnostic gradients (retain_graph)
     model.schedule.raw_increments.grad = None
     torch.manual_seed(4)
