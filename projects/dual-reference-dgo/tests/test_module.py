@@ -25,10 +25,10 @@ PROMPTS = torch.tensor([0, 0, 0, 1, 1, 2, 2])
 WEIGHTS = torch.tensor([0.1, 0.3, 0.6, 0.0, 0.0, 0.25, 0.25])
 
 
-def draw(weights, draws, step=0, prompts=PROMPTS, n_prompts=3):
+def draw(weights, draws, step=0, prompts=PROMPTS, n_prompts=3, rank=0):
     """``DualDgoModule.pick_responses`` on a stand-in module (no VLM needed to draw)."""
     stub = SimpleNamespace(
-        hparams=SimpleNamespace(responses_per_prompt=draws), global_step=step, global_rank=0
+        hparams=SimpleNamespace(responses_per_prompt=draws), global_step=step, global_rank=rank
     )
     batch = {"prompts": prompts, "n_prompts": n_prompts}
     return DualDgoModule.pick_responses(stub, batch, weights)
@@ -78,7 +78,19 @@ def tiny():
     return module, data, collate_prompts(data.splits["train"])
 
 
-def one_by_one_log_likelihoods(module, batch) -> torch.Tensor:
+def test_pick_responses_draws_its_own_responses_on_each_rank():
+    """The draw's generator is seeded by (run seed, step, rank): under DDP two ranks at the
+    same step draw independently (each rank holds other prompts, but the same generator
+    would pair their draws), and the same rank and step draw the same responses again."""
+    weights = torch.full((60,), 1.0)
+    prompts = torch.arange(60) // 6  # 10 prompts of 6 equally weighted responses
+    first = draw(weights, 4, step=3, prompts=prompts, n_prompts=10, rank=0)[0]
+    again = draw(weights, 4, step=3, prompts=prompts, n_prompts=10, rank=0)[0]
+    other = draw(weights, 4, step=3, prompts=prompts, n_prompts=10, rank=1)[0]
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def one_by_one_log_likelihoods(module, batch, per_token=False) -> torch.Tensor:
     """log pi(y_i|x_i) of every response, each in a batch of its own (no padding)."""
     out = []
     for row, response in enumerate(batch["responses"]):
@@ -86,11 +98,34 @@ def one_by_one_log_likelihoods(module, batch) -> torch.Tensor:
         sequence = batch_sequences(
             [prompt], [response], module.encoder.pad_id, module.image_token_id
         )
-        mode, body, _ = response_log_probs(
+        mode, body, length = response_log_probs(
             module(sequence), sequence["input_ids"], sequence["response_mask"]
         )
-        out.append((mode + body)[0])
+        out.append((mode + body)[0] / (length[0] if per_token else 1))
     return torch.stack(out)
+
+
+def test_the_token_mean_ablation_divides_each_sequence_by_its_length_in_the_module(tiny):
+    """``model.reduction="token_mean"`` reaches the module's loss: each response's
+    log-likelihood divided by its response length, then Eq. 5's weighted sum."""
+    module, _, batch = tiny
+    prior = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    weights, _ = dual_reference_weights(
+        batch["rewards"], batch["modes"], batch["prompts"], batch["n_prompts"], 0.3, prior
+    )
+    saved = (module.hparams.reduction, module.hparams.responses_per_prompt)
+    try:
+        module.hparams.reduction, module.hparams.responses_per_prompt = "token_mean", None
+        with torch.no_grad():
+            per_token = one_by_one_log_likelihoods(module, batch, per_token=True)
+            total = one_by_one_log_likelihoods(module, batch)
+            got = module.loss(batch)[0]
+        expected = -(weights.double() * per_token.double()).sum() / batch["n_prompts"]
+        assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+        summed = -(weights.double() * total.double()).sum() / batch["n_prompts"]
+        assert abs(summed.item() - expected.item()) > 1e-3  # the two reductions differ here
+    finally:
+        module.hparams.reduction, module.hparams.responses_per_prompt = saved
 
 
 def test_the_module_loss_is_eq5_on_every_response_and_on_the_weighted_draw(tiny):
