@@ -109,6 +109,12 @@ def closest_member(subject: str, value: float, fit_steps: int) -> tuple[float, .
     return tuple(member.normalised_slopes().tolist())
 
 
+def member(slopes) -> ConvexSchedule:
+    """The member of the family with these normalised knot slopes (float64 on the way in:
+    a fitted member's first slopes can differ in the fifth digit)."""
+    return ConvexSchedule.from_normalised_slopes(torch.tensor(slopes, dtype=torch.float64))
+
+
 def frozen_flags(slopes: tuple[float, ...]) -> list[str]:
     """The CLI flags of a frozen member of the family (corrected loss, like LAS's main stage)."""
     return [
@@ -452,25 +458,14 @@ def reach_evidence(results, best: dict, extras: dict, settings: dict) -> dict[st
     target = hand_path(winner, best[winner])
     fit_steps = int(settings["fit_steps"])
     value = next(iter(best[winner].values()))
-    best_member = ConvexSchedule.from_normalised_slopes(
-        torch.tensor(closest_member(winner, float(value), fit_steps), dtype=torch.float64)
-    )
-    in_family = ConvexSchedule.from_normalised_slopes(
-        torch.tensor(
-            closest_member("sfd", float(settings["hand_lag_sfd_delta"]), fit_steps),
-            dtype=torch.float64,
-        )
-    )
+    best_slopes = closest_member(winner, float(value), fit_steps)
+    best_member = member(best_slopes)
+    in_family = member(closest_member("sfd", float(settings["hand_lag_sfd_delta"]), fit_steps))
     hand_lag = hand_path("sfd", {"sfd_delta": settings["hand_lag_sfd_delta"]})
 
     def to_target(schedule) -> float:
         with torch.no_grad():
             return float(path_hausdorff(schedule_path(schedule, PATH_POINTS), target))
-
-    def learned(seed_result: dict) -> ConvexSchedule:
-        return ConvexSchedule.from_normalised_slopes(
-            torch.tensor(seed_result["slopes"], dtype=torch.float64)
-        )
 
     with torch.no_grad():
         member_to_hand_lag = float(path_hausdorff(schedule_path(in_family, PATH_POINTS), hand_lag))
@@ -478,11 +473,13 @@ def reach_evidence(results, best: dict, extras: dict, settings: dict) -> dict[st
         "winner": winner,
         "winner_params": dict(best[winner]),
         "synchronous_to_winner": float(path_hausdorff(hand_path("synchronous", {}), target)),
-        "las_to_winner": {str(seed): to_target(learned(r)) for seed, r in extras["las"].items()},
+        "las_to_winner": {
+            str(seed): to_target(member(r["slopes"])) for seed, r in extras["las"].items()
+        },
         "best_member_to_winner": to_target(best_member),
         "in_family_member_to_winner": to_target(in_family),
         "in_family_member_to_its_sfd_path": member_to_hand_lag,
-        "best_member_slopes": list(closest_member(winner, float(value), fit_steps)),
+        "best_member_slopes": list(best_slopes),
     }
 
 
@@ -493,9 +490,7 @@ def long_probe_evidence(runs: dict[str, dict], settings: dict, target: torch.Ten
     distance between the two f* (the same f* from both starts: below 0.01)."""
     curves, out = {}, {}
     for name, result in runs.items():
-        schedule = ConvexSchedule.from_normalised_slopes(
-            torch.tensor(result["slopes"], dtype=torch.float64)
-        )
+        schedule = member(result["slopes"])
         with torch.no_grad():
             curves[name] = schedule(CURVE_GRID)
             distance = float(path_hausdorff(schedule_path(schedule, PATH_POINTS), target))
@@ -752,13 +747,10 @@ def write_figures(out: Path, extras: dict, best: dict, settings: dict) -> list:
     with torch.no_grad():
         ax.plot(tau, start(tau), ":", color="black", lw=1.5, label="LAS start (zero-length probe)")
         for seed, result in extras["las"].items():
-            slopes = torch.tensor(result["slopes"], dtype=torch.float64)
-            f = ConvexSchedule.from_normalised_slopes(slopes)
-            ax.plot(tau, f(tau), lw=2, label=f"learned f*, seed {seed}")
+            ax.plot(tau, member(result["slopes"])(tau), lw=2, label=f"learned f*, seed {seed}")
         hand = settings["hand_lag_sfd_delta"]
-        slopes = closest_member("sfd", float(hand), int(settings["fit_steps"]))
-        member = ConvexSchedule.from_normalised_slopes(torch.tensor(slopes, dtype=torch.float64))
-        ax.plot(tau, member(tau), ":", lw=1.5, label=f"in-family lag (closest to SFD D={hand})")
+        in_family = member(closest_member("sfd", float(hand), int(settings["fit_steps"])))
+        ax.plot(tau, in_family(tau), ":", lw=1.5, label=f"in-family lag (closest to SFD D={hand})")
     p = best.get("power", {}).get("power_exponent")
     if p is not None:
         ax.plot(tau, PowerSchedule(p)(tau), "-.", lw=1, label=f"tuned power tau^{p:g}")
