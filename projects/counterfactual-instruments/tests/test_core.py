@@ -1,67 +1,113 @@
+import math
+
 import pytest
 import torch
 
-from counterfactual_instruments.core import make_regressor, regression_loss, squared_errors
-from counterfactual_instruments.model import CounterfactualInstrumentsModule
+from counterfactual_instruments.core import (
+    Decoder,
+    Encoder,
+    FlowDecoder,
+    chi2_loss,
+    chi2_per_pixel,
+    euler_sample,
+    flow_matching_pair,
+    info_nce,
+)
 
 
-def test_loss_is_zero_only_at_the_target():
-    y = torch.randn(10)
-    assert regression_loss(y, y) == 0
-    assert regression_loss(y + 1, y) == pytest.approx(1.0)
+def test_chi2_matches_the_inverse_variance_formula_by_hand():
+    prediction = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]]]])  # [1, 1, 2, 2]
+    target = torch.tensor([[[[0.0, 0.0], [1.0, 1.0]]]])
+    ivar = torch.tensor([[[[1.0, 0.5], [2.0, 4.0]]]])
+    # (1*1 + 0.5*4 + 2*4 + 4*9) / 4 pixels
+    assert chi2_per_pixel(prediction, target, ivar).item() == pytest.approx((1 + 2 + 8 + 36) / 4)
+    mask = torch.tensor([[[[1.0, 1.0], [0.0, 1.0]]]])
+    # the masked pixel neither counts in the sum nor in the pixel count
+    assert chi2_per_pixel(prediction, target, ivar, mask).item() == pytest.approx((1 + 2 + 36) / 3)
 
 
-def test_per_item_errors_by_hand():
-    errors = squared_errors(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 0.0, 1.0]))
-    assert errors.tolist() == [0.0, 4.0, 9.0]
+def test_masked_pixels_weigh_zero_whatever_they_hold():
+    prediction, target = torch.randn(3, 2, 4, 4), torch.randn(3, 2, 4, 4)
+    ivar = torch.rand(3, 2, 4, 4) + 0.5
+    mask = torch.ones_like(target)
+    mask[:, :, 0] = 0
+    wild = target.clone()
+    wild[:, :, 0] = 1e6
+    torch.testing.assert_close(
+        chi2_per_pixel(prediction, wild, ivar, mask), chi2_per_pixel(prediction, target, ivar, mask)
+    )
+    empty = torch.zeros_like(target)
+    assert torch.equal(chi2_per_pixel(prediction, target, ivar, empty), torch.zeros(3))
+    assert chi2_loss(prediction, target, ivar, mask) == chi2_per_pixel(prediction, target, ivar, mask).mean()
 
 
-def test_loss_gradient_matches_finite_differences():
-    prediction = torch.randn(6, dtype=torch.float64, requires_grad=True)
-    target = torch.randn(6, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda p: regression_loss(p, target), (prediction,))
+def test_info_nce_matches_a_hand_computation():
+    z_a = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    z_b = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    tau = 0.5
+    cos = torch.tensor([[1.0, 1 / math.sqrt(2)], [0.0, 1 / math.sqrt(2)]]) / tau
+    rows = -(torch.log_softmax(cos, 1).diagonal()).mean()
+    cols = -(torch.log_softmax(cos.T, 1).diagonal()).mean()
+    assert info_nce(z_a, z_b, tau).item() == pytest.approx(0.5 * (rows + cols).item(), rel=1e-6)
+    # aligned, well separated pairs give a small loss; swapped pairs a large one
+    eye = torch.eye(4)
+    assert info_nce(eye, eye, 0.1) < 1e-3 < info_nce(eye, eye.flip(0), 0.1)
 
 
-def test_gradients_reach_every_parameter():
-    net = make_regressor(4, 8)
-    regression_loss(net(torch.randn(5, 4)).squeeze(-1), torch.randn(5)).backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+def test_flow_matching_pair_interpolates_and_targets_the_difference():
+    clean, noise = torch.full((2, 1, 2, 2), 3.0), torch.full((2, 1, 2, 2), -1.0)
+    x_t, target = flow_matching_pair(clean, noise, torch.tensor([0.0, 0.25]))
+    assert torch.equal(x_t[0], noise[0])
+    torch.testing.assert_close(x_t[1], torch.full((1, 2, 2), 0.75 * -1.0 + 0.25 * 3.0))
+    assert torch.equal(target, clean - noise)
+    x_1, _ = flow_matching_pair(clean, noise, torch.ones(2))
+    assert torch.equal(x_1, clean)
 
 
-def test_predictions_do_not_depend_on_the_batch_partition():
+def test_euler_sampler_with_the_exact_velocity_recovers_a_gaussian():
+    """For data N(mu, s^2) and noise N(0, 1), the marginal velocity of the linear path is
+    E[x - eps | x_t] = mu + (t s^2 - (1 - t)) / ((1 - t)^2 + t^2 s^2) (x_t - t mu); Euler steps
+    along it must carry N(0, 1) to N(mu, s^2)."""
+    mu, s = 2.0, 0.5
+
+    def velocity(x, t):
+        t = t.view(-1, 1)
+        return mu + (t * s**2 - (1 - t)) / ((1 - t) ** 2 + t**2 * s**2) * (x - t * mu)
+
+    noise = torch.randn(20000, 1, generator=torch.Generator().manual_seed(0))
+    sample = euler_sample(velocity, noise, steps=200)
+    assert sample.mean().item() == pytest.approx(mu, abs=0.02)
+    assert sample.std().item() == pytest.approx(s, abs=0.02)
+    # too few steps on the same field is visibly off: the test can fail
+    coarse = euler_sample(velocity, noise, steps=2)
+    assert abs(coarse.std().item() - s) > 0.05
+
+
+def test_encoders_decoders_follow_each_instrument_grid():
+    encoder = Encoder({"A": 3, "B": 5}, dim=7, width=8)
+    assert encoder(torch.randn(2, 3, 16, 16), "A").shape == (2, 7)
+    assert encoder(torch.randn(2, 5, 24, 24), "B").shape == (2, 7)
+    decoder = Decoder(bands=5, size=24, latent_dim=7, condition_dim=3, width=8)
+    assert decoder(torch.randn(2, 7), torch.randn(2, 3)).shape == (2, 5, 24, 24)
+    plain = Decoder(bands=3, size=16, latent_dim=7, condition_dim=0, width=8)
+    assert plain(torch.randn(2, 7)).shape == (2, 3, 16, 16)
+    with pytest.raises(ValueError, match="divide by 4"):
+        Decoder(bands=3, size=18, latent_dim=7, condition_dim=0)
+
+
+def test_the_instrument_latent_modulates_the_decoder():
     torch.manual_seed(0)
-    net, x = make_regressor(4, 8), torch.randn(10, 4)
-    whole = net(x)
-    # same call, same shapes: bitwise determinism on one machine
-    assert torch.equal(whole, net(x))
-    # Batches of 3 + 7 vs one of 10: matrix kernels block float32 sums per batch shape (and per
-    # CPU), so the last bits may differ; a row mixed up with another differs by far more.
-    parts = torch.cat([net(x[:3]), net(x[3:])])
-    torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-6)
+    decoder = Decoder(bands=2, size=16, latent_dim=4, condition_dim=2, width=8)
+    z_p = torch.randn(1, 4)
+    assert not torch.allclose(decoder(z_p, torch.zeros(1, 2)), decoder(z_p, torch.ones(1, 2)))
 
 
-def test_shape_mismatch_is_an_error():
-    with pytest.raises(ValueError, match="prediction"):
-        regression_loss(torch.zeros(3), torch.zeros(4))
-
-
-def test_the_default_training_loss_has_the_hand_computed_value():
-    """The loss the default config trains on, through the LightningModule: with the output
-    layer zeroed the network predicts 0, so the loss is mean(y^2) = (1 + 4 + 9) / 3."""
-    module = CounterfactualInstrumentsModule(in_features=2)
-    torch.nn.init.zeros_(module.net[-1].weight)
-    torch.nn.init.zeros_(module.net[-1].bias)
-    batch = (torch.randn(3, 2), torch.tensor([1.0, -2.0, 3.0]))
-    assert module.training_step(batch, 0).item() == pytest.approx(14 / 3)
-
-
-def test_a_training_step_moves_the_module_downhill():
+def test_flow_decoder_trains_and_samples_in_the_instrument_format():
     torch.manual_seed(0)
-    module = CounterfactualInstrumentsModule(in_features=3)
-    x = torch.randn(64, 3)
-    batch = (x, x @ torch.tensor([1.0, -1.0, 0.5]))
-    optimizer = module.configure_optimizers()
-    before = module.training_step(batch, 0)
-    before.backward()
-    optimizer.step()
-    assert module.training_step(batch, 0).item() < before.item()
+    flow = FlowDecoder(bands=3, size=16, latent_dim=4, condition_dim=2, channels=(8, 16), sample_steps=3)
+    clean, z_p, z_s = torch.randn(2, 3, 16, 16), torch.randn(2, 4), torch.randn(2, 2)
+    loss = flow.loss(clean, z_p, z_s, generator=torch.Generator().manual_seed(1))
+    loss.backward()
+    assert loss.item() > 0 and flow.condition.weight.grad.abs().sum() > 0  # the condition acts
+    draw = flow.sample(z_p, z_s, (2, 3, 16, 16), torch.Generator().manual_seed(2))
+    assert draw.shape == (2, 3, 16, 16) and torch.isfinite(draw).all()

@@ -16,7 +16,8 @@ Subjects (every one through the real CLI, ``model.py``'s objectives, the same ev
   rebuild each view from its own two latents;
 - ``oracle`` (positive control): the true parameters and condition in place of the encoders,
   the same decoders, objective, budget and probes;
-- ``same_object`` (ablation, reported): the instrument latent read from the target's own view.
+- ``same_object`` and ``wide_instrument_latent`` (ablations, reported): the instrument latent
+  read from the target's own view; an instrument latent of 16 dimensions instead of 4.
 
 Every fit is a job of the shared runner (``papers_eval.jobs``): one line per fit, a resumable
 cache under ``runs/counterfactual-instruments/jobs/`` (``--fresh`` ignores it), worker
@@ -67,8 +68,9 @@ SUBJECTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "self_reconstruction": ("self_reconstruction", ()),
     "oracle": ("oracle", ()),
     "same_object": ("same_object", ()),
+    "wide_instrument_latent": ("counterfactual", ("--model.instrument_dim=16",)),
 }
-ABLATIONS = ("same_object",)  # reported beside the judged subjects, never judged
+ABLATIONS = ("same_object", "wide_instrument_latent")  # reported, never judged
 METRICS = (
     "nuisance_r2",
     "psf_r2",

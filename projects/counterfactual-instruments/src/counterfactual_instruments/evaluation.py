@@ -54,7 +54,9 @@ def probe_scores(train_x, train_y, test_x, test_y) -> np.ndarray:
     """Per test item: 1 - mean over targets of (prediction - truth)^2 / var_test(target)."""
     mean, std = train_x.mean(0), train_x.std(0) + 1e-8
     probe = RidgeCV(alphas=RIDGE_ALPHAS).fit((train_x - mean) / std, train_y)
-    error = (probe.predict((test_x - mean) / std) - test_y) ** 2
+    # reshaped: for a single target column RidgeCV predicts a flat [N], which would broadcast
+    prediction = probe.predict((test_x - mean) / std).reshape(test_y.shape)
+    error = (prediction - test_y) ** 2
     return 1.0 - (error / test_y.var(0).clip(1e-12)).mean(1)
 
 

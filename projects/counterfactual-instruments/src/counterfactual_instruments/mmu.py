@@ -58,6 +58,11 @@ def read_survey(folder: str | Path, bands: list[str], size: int) -> dict[str, np
             ivar = f["image_ivar"][:][rows, index]
             bad = f["image_mask"][:][rows, index].astype(bool)
             psf = f["image_psf_fwhm"][:][rows, index]
+            if (ivar < 0).any():
+                raise MMUFormatError(
+                    f"{path}: image_ivar has negative values; an inverse variance is >= 0 "
+                    "(0 marks a pixel without data)"
+                )
             parts["ra"].append(f["ra"][:].astype(np.float64))
             parts["dec"].append(f["dec"][:].astype(np.float64))
             parts["object_id"].append(f["object_id"][:].astype(np.int64))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import torch
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
@@ -189,6 +190,18 @@ class CounterfactualInstrumentsModule(LightningModule):
         if view is not None:
             error = chi2_loss(view, batch["truth_B"], batch["partner_ivar_B"])
             self.log("test/counterfactual_chi2", error, sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
+        """The three uses and the leakage on the test split (probes fit on the training
+        split's latents): `uv run train test --ckpt_path PATH` reports them from a checkpoint."""
+        from counterfactual_instruments.evaluation import evaluate
+
+        data = self.trainer.datamodule
+        if data is None or self.trainer.world_size > 1:
+            return  # the probes need the whole training split in one process
+        for name, values in evaluate(self, data).items():
+            value = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+            self.log(f"test/{name}", value)
 
     def configure_optimizers(self):
         return torch.optim.AdamW(

@@ -1,0 +1,149 @@
+"""The default path through the LightningModule: which view feeds which encoder, each objective's
+terms by value, and that a few steps lower the loss."""
+
+import pytest
+import torch
+
+from counterfactual_instruments.core import chi2_loss
+from counterfactual_instruments.model import CounterfactualInstrumentsModule
+
+
+def make_batch(n=4, seed=0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    batch = {}
+    for x, bands, size in (("A", 3, 16), ("B", 5, 24)):
+        batch[f"image_{x}"] = torch.randn(n, bands, size, size, generator=g)
+        batch[f"neighbour_{x}"] = torch.randn(n, bands, size, size, generator=g)
+        batch[f"ivar_{x}"] = torch.rand(n, bands, size, size, generator=g) + 0.5
+        batch[f"mask_{x}"] = (torch.rand(n, bands, size, size, generator=g) > 0.1).float()
+        batch[f"cond_{x}"] = torch.randn(n, 2, generator=g)
+    batch["params"] = torch.randn(n, 6, generator=g)
+    batch["partner_image_B"] = torch.randn(n, 5, 24, 24, generator=g)
+    batch["partner_cond_B"] = torch.randn(n, 2, generator=g)
+    if grad:
+        for key in ("image_A", "image_B", "neighbour_A", "neighbour_B"):
+            batch[key].requires_grad_(True)
+    return batch
+
+
+def module(objective, **kwargs):
+    torch.manual_seed(0)
+    return CounterfactualInstrumentsModule(objective=objective, width=8, **kwargs)
+
+
+def inputs_reaching_instrument_encoder(model, batch):
+    """Which views the instrument encoder's outputs depend on (non-zero gradient)."""
+    outputs = []
+    handle = model.instrument_encoder.register_forward_hook(lambda m, i, o: outputs.append(o))
+    model.objective_terms(batch)
+    handle.remove()
+    views = ("image_A", "image_B", "neighbour_A", "neighbour_B")
+    grads = torch.autograd.grad(sum(o.sum() for o in outputs), [batch[v] for v in views], allow_unused=True)
+    return {v for v, g in zip(views, grads, strict=True) if g is not None and g.abs().sum() > 0}
+
+
+def test_the_targets_own_view_never_reaches_the_instrument_encoder():
+    batch = make_batch(grad=True)
+    assert inputs_reaching_instrument_encoder(module("counterfactual"), batch) == {"neighbour_A", "neighbour_B"}
+    # the leakage ablation reads the target's own views: the same test sees the difference
+    leaky = inputs_reaching_instrument_encoder(module("same_object"), make_batch(grad=True))
+    assert leaky == {"image_A", "image_B"}
+
+
+def test_counterfactual_terms_by_value():
+    model = module("counterfactual", self_weight=0.5)
+    batch = make_batch()
+    terms = model.objective_terms(batch)
+    e, s, d = model.encoder, model.instrument_encoder, model.decoders
+    zp_a, zp_b = e(batch["image_A"], "A"), e(batch["image_B"], "B")
+    zs_a, zs_b = s(batch["neighbour_A"], "A"), s(batch["neighbour_B"], "B")
+
+    def chi2(x, pred):
+        return chi2_loss(pred, batch[f"image_{x}"], batch[f"ivar_{x}"], batch[f"mask_{x}"])
+
+    cross = chi2("B", d["B"](zp_a, zs_b)) + chi2("A", d["A"](zp_b, zs_a))
+    own = chi2("B", d["B"](zp_b, zs_b)) + chi2("A", d["A"](zp_a, zs_a))
+    torch.testing.assert_close(terms["counterfactual"], cross)
+    torch.testing.assert_close(terms["self"], 0.5 * own)
+    assert "self" not in module("counterfactual", self_weight=0.0).objective_terms(batch)
+
+
+def test_baseline_objectives_by_value():
+    batch = make_batch()
+
+    def chi2(x, pred):
+        return chi2_loss(pred, batch[f"image_{x}"], batch[f"ivar_{x}"], batch[f"mask_{x}"])
+
+    ae = module("autoencoder")
+    z_a, z_b = ae.encoder(batch["image_A"], "A"), ae.encoder(batch["image_B"], "B")
+    torch.testing.assert_close(
+        ae.objective_terms(batch)["self"], chi2("A", ae.decoders["A"](z_a)) + chi2("B", ae.decoders["B"](z_b))
+    )
+    tr = module("translation")
+    z_a, z_b = tr.encoder(batch["image_A"], "A"), tr.encoder(batch["image_B"], "B")
+    torch.testing.assert_close(
+        tr.objective_terms(batch)["translation"],
+        chi2("B", tr.decoders["B"](z_a)) + chi2("A", tr.decoders["A"](z_b)),
+    )
+    sr = module("self_reconstruction")
+    zp = {x: sr.encoder(batch[f"image_{x}"], x) for x in "AB"}
+    zs = {x: sr.instrument_encoder(batch[f"image_{x}"], x) for x in "AB"}
+    torch.testing.assert_close(
+        sr.objective_terms(batch)["self"],
+        chi2("A", sr.decoders["A"](zp["A"], zs["A"])) + chi2("B", sr.decoders["B"](zp["B"], zs["B"])),
+    )
+    assert ae.encoder.trunk[-1].out_features == 16 + 4  # as wide as the dual encoder's two latents
+
+
+def test_the_oracle_decodes_the_true_parameters_and_condition():
+    oracle = module("oracle")
+    assert oracle.encoder is None and oracle.instrument_encoder is None
+    batch = make_batch()
+    base = oracle.objective_terms(batch)["counterfactual"]
+    moved = dict(batch, params=batch["params"] + 1.0)
+    assert not torch.allclose(oracle.objective_terms(moved)["counterfactual"], base)
+    view = oracle.counterfactual_view(batch)
+    torch.testing.assert_close(view, oracle.decoders["B"](batch["params"], batch["partner_cond_B"]))
+
+
+def test_the_counterfactual_view_reads_the_partners_instrument_latent():
+    batch = make_batch()
+    dual = module("counterfactual")
+    other = dict(batch, partner_image_B=batch["partner_image_B"].flip(0))
+    assert not torch.allclose(dual.counterfactual_view(batch), dual.counterfactual_view(other))
+    expected = dual.decoders["B"](
+        dual.encoder(batch["image_A"], "A"), dual.instrument_encoder(batch["partner_image_B"], "B")
+    )
+    torch.testing.assert_close(dual.counterfactual_view(batch), expected)
+    # translation has no instrument latent: the partner cannot change its view
+    translation = module("translation")
+    torch.testing.assert_close(translation.counterfactual_view(batch), translation.counterfactual_view(other))
+    assert module("contrastive").counterfactual_view(batch) is None
+
+
+@pytest.mark.parametrize("objective", ["counterfactual", "contrastive", "oracle"])
+def test_a_few_steps_lower_the_loss(objective):
+    model = module(objective)
+    batch = make_batch(n=8)
+    for x in "AB":  # a learnable structure: every item's view is a shifted copy of one image
+        batch[f"image_{x}"] = batch[f"image_{x}"][:1] + 0.3 * torch.arange(8.0).view(8, 1, 1, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss = sum(model.objective_terms(batch).values())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_flow_decoder_objective_and_its_noise_are_seeded_by_step():
+    model = module("counterfactual", decoder="flow")
+    batch = make_batch(n=2)
+    first, again = model.objective_terms(batch), model.objective_terms(batch)
+    torch.testing.assert_close(first["counterfactual"], again["counterfactual"])  # same step, same noise
+    view = model.counterfactual_view(batch)
+    assert view.shape == (2, 5, 24, 24)
+    with pytest.raises(ValueError, match="no decoder"):
+        CounterfactualInstrumentsModule(objective="contrastive", decoder="flow")
