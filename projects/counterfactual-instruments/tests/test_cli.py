@@ -115,13 +115,23 @@ def test_data_that_contradict_the_config_exit_2(tiny_args, tmp_path, capsys):
 def test_reproduce_quick_writes_a_judged_record_and_replicates(tmp_path):
     outcome = run_claim_experiment(["--quick", "--replicate", "--out", str(tmp_path)])
     record = load_claim(tmp_path / "claim.json", require_v3=True)
-    assert record["project"] == "counterfactual-instruments" and record["quick"] and record["protocol"] == 3
+    assert (
+        record["project"] == "counterfactual-instruments"
+        and record["quick"]
+        and record["protocol"] == 3
+    )
     assert record["verdict"] == outcome["verdict"]
     assert {c["role"] for c in record["controls"]} == {"negative", "positive"}
     assert {c["kind"] for c in record["controls"]} == {"negative", "oracle"}
     assert set(record["metrics"]) == {
-        "dual_counterfactual", "autoencoder", "contrastive", "translation",
-        "shuffled_pairs", "self_reconstruction", "oracle", "same_object",
+        "dual_counterfactual",
+        "autoencoder",
+        "contrastive",
+        "translation",
+        "shuffled_pairs",
+        "self_reconstruction",
+        "oracle",
+        "same_object",
     }
     assert record["replication"]["run"] and record["replication"]["seeds"] == [13]
     assert record["jobs"]["jobs"] >= 24  # every fit went through the shared job runner
@@ -138,7 +148,9 @@ def test_the_oracle_runs_the_methods_decoders_on_the_true_parameters(tiny_args):
     batch = next(iter(cli.datamodule.test_dataloader()))
     torch.testing.assert_close(cli.model.intrinsic(batch, "A"), batch["params"])
     torch.testing.assert_close(cli.model.intrinsic(batch, "B"), batch["params"])
-    torch.testing.assert_close(cli.model.instrument(batch, "B", "partner_image"), batch["partner_cond_B"])
+    torch.testing.assert_close(
+        cli.model.instrument(batch, "B", "partner_image"), batch["partner_cond_B"]
+    )
 
 
 def test_a_bad_claim_file_stops_before_training(tmp_path, monkeypatch):

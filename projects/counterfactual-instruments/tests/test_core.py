@@ -38,7 +38,10 @@ def test_masked_pixels_weigh_zero_whatever_they_hold():
     )
     empty = torch.zeros_like(target)
     assert torch.equal(chi2_per_pixel(prediction, target, ivar, empty), torch.zeros(3))
-    assert chi2_loss(prediction, target, ivar, mask) == chi2_per_pixel(prediction, target, ivar, mask).mean()
+    assert (
+        chi2_loss(prediction, target, ivar, mask)
+        == chi2_per_pixel(prediction, target, ivar, mask).mean()
+    )
 
 
 def test_info_nce_matches_a_hand_computation():
@@ -104,7 +107,9 @@ def test_the_instrument_latent_modulates_the_decoder():
 
 def test_flow_decoder_trains_and_samples_in_the_instrument_format():
     torch.manual_seed(0)
-    flow = FlowDecoder(bands=3, size=16, latent_dim=4, condition_dim=2, channels=(8, 16), sample_steps=3)
+    flow = FlowDecoder(
+        bands=3, size=16, latent_dim=4, condition_dim=2, channels=(8, 16), sample_steps=3
+    )
     clean, z_p, z_s = torch.randn(2, 3, 16, 16), torch.randn(2, 4), torch.randn(2, 2)
     loss = flow.loss(clean, z_p, z_s, generator=torch.Generator().manual_seed(1))
     loss.backward()

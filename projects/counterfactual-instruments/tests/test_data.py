@@ -81,10 +81,14 @@ def test_datamodule_scales_flux_keeps_chi2_and_standardises_on_train(tmp_path):
 
 def test_shuffled_pairs_repairs_only_training_and_validation_views():
     true = CounterfactualInstrumentsDataModule(n_train=20, n_val=6, n_test=8, seed=1)
-    shuffled = CounterfactualInstrumentsDataModule(n_train=20, n_val=6, n_test=8, seed=1, shuffle_pairs=True)
+    shuffled = CounterfactualInstrumentsDataModule(
+        n_train=20, n_val=6, n_test=8, seed=1, shuffle_pairs=True
+    )
     true.setup(), shuffled.setup()
     a, b = true.train_set.arrays, shuffled.train_set.arrays
-    assert (a["image_A"] == b["image_A"]).all() and not (a["image_B"] == b["image_B"]).all(dim=(1, 2, 3)).any()
+    assert (a["image_A"] == b["image_A"]).all() and not (a["image_B"] == b["image_B"]).all(
+        dim=(1, 2, 3)
+    ).any()
     assert (true.test_set.arrays["image_B"] == shuffled.test_set.arrays["image_B"]).all()
 
 
@@ -102,11 +106,14 @@ def write_survey(path, ra, dec, bands, size=40, scale=1.0, psf=1.0, ivar=1.0, dr
             "object_id": np.arange(n) + 100,
             "ra": np.asarray(ra, float),
             "dec": np.asarray(dec, float),
-            "image_array": (scale * rng.normal(size=(n, len(bands), size, size))).astype(np.float32),
+            "image_array": (scale * rng.normal(size=(n, len(bands), size, size))).astype(
+                np.float32
+            ),
             "image_ivar": np.full((n, len(bands), size, size), ivar, np.float32),
             "image_mask": np.zeros((n, len(bands), size, size), bool),
             "image_band": np.array([[b.encode() for b in bands]] * n),
-            "image_psf_fwhm": np.full((n, len(bands)), psf, np.float32) + np.arange(n)[:, None] * 0.1,
+            "image_psf_fwhm": np.full((n, len(bands)), psf, np.float32)
+            + np.arange(n)[:, None] * 0.1,
         }
         for key, value in fields.items():
             if key != drop:
@@ -198,7 +205,9 @@ def test_bad_mmu_files_give_clear_errors(tmp_path, mmu_root):
 
 def test_missing_real_data_names_what_to_put_where(tmp_path, monkeypatch):
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
-    data = CounterfactualInstrumentsDataModule(root=str(tmp_path / "missing"), n_train=2, n_val=1, n_test=1)
+    data = CounterfactualInstrumentsDataModule(
+        root=str(tmp_path / "missing"), n_train=2, n_val=1, n_test=1
+    )
     with pytest.raises(DatasetNotFoundError, match="legacysurvey"):
         data.setup()
 

@@ -49,7 +49,9 @@ def gaussian(sigma_px, size=24, g1=0.0):
 def test_hsm_size_and_failures():
     images = np.stack([gaussian(2.0), gaussian(3.0), np.zeros((24, 24))])[:, None]
     moments = hsm_moments(np.repeat(images, 2, axis=1), pixel_scale=0.5)
-    assert moments[0, 0] == pytest.approx(1.0, rel=0.02) and moments[1, 0] == pytest.approx(1.5, rel=0.02)
+    assert moments[0, 0] == pytest.approx(1.0, rel=0.02) and moments[1, 0] == pytest.approx(
+        1.5, rel=0.02
+    )
     assert np.isnan(moments[2]).all()  # an empty image cannot be measured
     size, shape = shape_errors(images[:2].repeat(5, 1), images[[1, 0]].repeat(5, 1))
     np.testing.assert_allclose(size, [abs(1.0 - 1.5) / 1.5, abs(1.5 - 1.0) / 1.0], rtol=0.05)

@@ -38,13 +38,18 @@ def inputs_reaching_instrument_encoder(model, batch):
     model.objective_terms(batch)
     handle.remove()
     views = ("image_A", "image_B", "neighbour_A", "neighbour_B")
-    grads = torch.autograd.grad(sum(o.sum() for o in outputs), [batch[v] for v in views], allow_unused=True)
+    grads = torch.autograd.grad(
+        sum(o.sum() for o in outputs), [batch[v] for v in views], allow_unused=True
+    )
     return {v for v, g in zip(views, grads, strict=True) if g is not None and g.abs().sum() > 0}
 
 
 def test_the_targets_own_view_never_reaches_the_instrument_encoder():
     batch = make_batch(grad=True)
-    assert inputs_reaching_instrument_encoder(module("counterfactual"), batch) == {"neighbour_A", "neighbour_B"}
+    assert inputs_reaching_instrument_encoder(module("counterfactual"), batch) == {
+        "neighbour_A",
+        "neighbour_B",
+    }
     # the leakage ablation reads the target's own views: the same test sees the difference
     leaky = inputs_reaching_instrument_encoder(module("same_object"), make_batch(grad=True))
     assert leaky == {"image_A", "image_B"}
@@ -77,7 +82,8 @@ def test_baseline_objectives_by_value():
     ae = module("autoencoder")
     z_a, z_b = ae.encoder(batch["image_A"], "A"), ae.encoder(batch["image_B"], "B")
     torch.testing.assert_close(
-        ae.objective_terms(batch)["self"], chi2("A", ae.decoders["A"](z_a)) + chi2("B", ae.decoders["B"](z_b))
+        ae.objective_terms(batch)["self"],
+        chi2("A", ae.decoders["A"](z_a)) + chi2("B", ae.decoders["B"](z_b)),
     )
     tr = module("translation")
     z_a, z_b = tr.encoder(batch["image_A"], "A"), tr.encoder(batch["image_B"], "B")
@@ -90,7 +96,8 @@ def test_baseline_objectives_by_value():
     zs = {x: sr.instrument_encoder(batch[f"image_{x}"], x) for x in "AB"}
     torch.testing.assert_close(
         sr.objective_terms(batch)["self"],
-        chi2("A", sr.decoders["A"](zp["A"], zs["A"])) + chi2("B", sr.decoders["B"](zp["B"], zs["B"])),
+        chi2("A", sr.decoders["A"](zp["A"], zs["A"]))
+        + chi2("B", sr.decoders["B"](zp["B"], zs["B"])),
     )
     assert ae.encoder.trunk[-1].out_features == 16 + 4  # as wide as the dual encoder's two latents
 
@@ -117,7 +124,9 @@ def test_the_counterfactual_view_reads_the_partners_instrument_latent():
     torch.testing.assert_close(dual.counterfactual_view(batch), expected)
     # translation has no instrument latent: the partner cannot change its view
     translation = module("translation")
-    torch.testing.assert_close(translation.counterfactual_view(batch), translation.counterfactual_view(other))
+    torch.testing.assert_close(
+        translation.counterfactual_view(batch), translation.counterfactual_view(other)
+    )
     assert module("contrastive").counterfactual_view(batch) is None
 
 
@@ -142,7 +151,9 @@ def test_flow_decoder_objective_and_its_noise_are_seeded_by_step():
     model = module("counterfactual", decoder="flow")
     batch = make_batch(n=2)
     first, again = model.objective_terms(batch), model.objective_terms(batch)
-    torch.testing.assert_close(first["counterfactual"], again["counterfactual"])  # same step, same noise
+    torch.testing.assert_close(
+        first["counterfactual"], again["counterfactual"]
+    )  # same step, same noise
     view = model.counterfactual_view(batch)
     assert view.shape == (2, 5, 24, 24)
     with pytest.raises(ValueError, match="no decoder"):

@@ -34,7 +34,19 @@ if __name__ == "__main__":
     for r in done:
         key = f"{r.job.subject} lr={r.job.params['lr']} x{r.job.params.get('budget', 1.0)}"
         v = r.value
-        out[key] = {m: float(np.nanmean(v[m])) if np.isfinite(v[m]).any() else None for m in METRICS}
-        out[key].update(fit_s=v["fit_s"], swap=v.get("swap"), gradient_share=v.get("gradient_share"), moved=v.get("moved"))
-        print(key, json.dumps({k: round(x, 4) if isinstance(x, float) else x for k, x in out[key].items()}))
+        out[key] = {
+            m: float(np.nanmean(v[m])) if np.isfinite(v[m]).any() else None for m in METRICS
+        }
+        out[key].update(
+            fit_s=v["fit_s"],
+            swap=v.get("swap"),
+            gradient_share=v.get("gradient_share"),
+            moved=v.get("moved"),
+        )
+        print(
+            key,
+            json.dumps(
+                {k: round(x, 4) if isinstance(x, float) else x for k, x in out[key].items()}
+            ),
+        )
     (HERE / "pilot_budget2.json").write_text(json.dumps(out, indent=1))

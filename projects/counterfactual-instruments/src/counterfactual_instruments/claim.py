@@ -75,6 +75,7 @@ METRICS = (
     "nuisance_r2",
     "psf_r2",
     "intrinsic_r2_from_instrument",
+    "condition_r2_from_instrument",
     "probe_r2_within",
     "cross_probe_r2",
     "transfer_gap",
@@ -88,7 +89,14 @@ METRICS = (
 )
 
 
-def fit(subject: str, seed: int, settings: Mapping[str, Any], params: Mapping[str, Any], epochs_scale=1.0, monitor=None):
+def fit(
+    subject: str,
+    seed: int,
+    settings: Mapping[str, Any],
+    params: Mapping[str, Any],
+    epochs_scale=1.0,
+    monitor=None,
+):
     """One run of the real CLI (no logger, no checkpoints) for ``subject``."""
     objective, flags = SUBJECTS[subject]
     epochs = max(1, round(settings["max_epochs"] * epochs_scale))
@@ -127,7 +135,9 @@ def swap_diagnostic(module, data) -> dict[str, float]:
     from scipy.stats import spearmanr
 
     test = data.test_set.arrays
-    if module.decoders is None or (module.instrument_encoder is None and module.hparams.objective != "oracle"):
+    if module.decoders is None or (
+        module.instrument_encoder is None and module.hparams.objective != "oracle"
+    ):
         return {}
     module.eval()
     batch = {k: v for k, v in test.items()}
@@ -139,7 +149,9 @@ def swap_diagnostic(module, data) -> dict[str, float]:
     psf_change = (test["partner_cond_B"][:, 0] - test["cond_B"][:, 0]).numpy()
     ok = np.isfinite(size_own) & np.isfinite(size_swapped) & np.isfinite(size_truth)
     return {
-        "psf_follows_partner": float(spearmanr(size_swapped[ok] - size_own[ok], psf_change[ok]).statistic),
+        "psf_follows_partner": float(
+            spearmanr(size_swapped[ok] - size_own[ok], psf_change[ok]).statistic
+        ),
         "galaxy_follows_intrinsic": float(spearmanr(size_swapped[ok], size_truth[ok]).statistic),
     }
 
@@ -154,7 +166,10 @@ def run_job(job: Job, settings: Mapping[str, Any]) -> dict[str, Any]:
     monitor = GradientShareMonitor(every_n_steps=20) if job.subject == METHOD else None
     start = time.perf_counter()
     cli = fit(job.subject, job.seed, settings, params, scale, monitor)
-    out: dict[str, Any] = {"val_loss": validation_loss(cli.model, cli.datamodule), "fit_s": time.perf_counter() - start}
+    out: dict[str, Any] = {
+        "val_loss": validation_loss(cli.model, cli.datamodule),
+        "fit_s": time.perf_counter() - start,
+    }
     if job.stage == "tune":
         return out
     out.update(evaluate(cli.model, cli.datamodule))
@@ -207,9 +222,12 @@ def experiment(spec: ClaimSpec, run) -> tuple[Any, dict[str, dict[str, list]], d
     return tuning, results, extra
 
 
-def budget_points(spec: ClaimSpec, run, params: Mapping[str, Mapping[str, Any]], rival: str) -> dict[str, Any]:
+def budget_points(
+    spec: ClaimSpec, run, params: Mapping[str, Mapping[str, Any]], rival: str
+) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
     """The method and its strongest rival on the counterfactual check at 1x and 2x the
-    epochs, on the first seed (the 1x fits are the main run's, from the cache)."""
+    epochs, on the first seed (the 1x fits are the main run's, from the cache); and every
+    metric of the method at both budgets (did more training move the other checks?)."""
     from papers_eval.mechanism import budget_evidence
 
     seed = spec.seeds[0]
@@ -226,9 +244,18 @@ def budget_points(spec: ClaimSpec, run, params: Mapping[str, Mapping[str, Any]],
 
     def point(subject, multiplier, _seed):
         value = values[(subject, multiplier)].value
-        return {"metric": float(np.mean(value["counterfactual_chi2"])), "wall_time_s": value["fit_s"]}
+        return {
+            "metric": float(np.mean(value["counterfactual_chi2"])),
+            "wall_time_s": value["fit_s"],
+        }
 
-    return budget_evidence(point, method=METHOD, rival=rival, goal="lower", seed=seed)
+    method_metrics = {
+        f"{m:g}x": {k: float(np.mean(values[(METHOD, m)].value[k])) for k in METRICS}
+        for m in (1.0, 2.0)
+    }
+    return budget_evidence(
+        point, method=METHOD, rival=rival, goal="lower", seed=seed
+    ), method_metrics
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
@@ -261,13 +288,14 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         rspec = spec.for_replication()
         rtuning, rresults, rextra = experiment(rspec, run)
         replication = Replication(rspec, rresults, judge(rspec, rresults), rtuning)
-    budget = budget_points(spec, run, extra["params"], "translation")
+    budget, method_by_budget = budget_points(spec, run, extra["params"], "translation")
     evidence = {
         "gradient_share": extra["gradient_share"],
         "relative_change_of_intrinsic_encoder": extra["moved"],
         "swap": {s: v for s, v in extra["swap"].items() if any(v)},
         "fit_seconds": {s: float(np.mean(v)) for s, v in extra["fit_s"].items()},
         "ablations": list(ABLATIONS),
+        "method_by_budget": method_by_budget,
     }
     path = write_claim(
         args.out,
@@ -287,22 +315,85 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
     return {"verdict": load_claim(path)["verdict"], "results": results}
 
 
+# What each check asks of the method, for the diagnosis.
+READING = {
+    "nuisance_r2": "PSF and noise left in the intrinsic latent",
+    "intrinsic_r2_from_instrument": "galaxy information left in the instrument latent",
+    "transfer_gap": "probes losing R^2 across instruments",
+    "cross_probe_r2": "probes fit on one instrument explaining the other's galaxies",
+    "recall_at_1": "cross-instrument search against contrastive learning",
+    "recall_at_5": "cross-instrument search against contrastive learning",
+    "counterfactual_chi2": "counterfactual pixels against direct translation",
+    "counterfactual_size_error": "counterfactual HSM sizes against direct translation",
+}
+IMPROVES_BY = 0.05  # a metric that moves this much at 2x the epochs counts as still training
+
+
 def diagnose(record: Mapping[str, Any]) -> list:
-    """Why a verdict is not held, from the record's numbers (protocol v3)."""
+    """Why a verdict is not held, from the record's numbers (protocol v3).
+
+    - a failed precondition or a misbehaving control: ``check`` (the miniature cannot decide);
+    - a check the method fails: ``implementation`` when the method's metric still moves by more
+      than IMPROVES_BY (in the check's direction) from 1x to 2x the epochs on the first seed
+      (undertrained), ``idea`` when it does not and the method's two loss terms both carry at
+      least a tenth of the gradient (the mechanism acted, training converged, and it still
+      lost), ``undetermined`` otherwise."""
+    from papers_eval.diagnosis import control_findings
+
     if record["verdict"] in ("held", "held, not replicated"):
         return []
-    findings = []
-    for name, outcome in record["outcomes"].get(METHOD, {}).items():
-        if not outcome["passed"]:
+    findings = control_findings(record, {c["name"]: c["checks"] for c in record["controls"]})
+    for i, pre in enumerate(record["preconditions"]):
+        if not pre["passed"]:
             findings.append(
                 finding(
-                    "undetermined",
-                    f"the method fails '{name}'",
-                    (f"outcomes.{METHOD}.{name}.advantage.estimate", "its advantage over the bar"),
+                    "check",
+                    f"precondition {pre['name']} failed ({pre['text']}): the miniature does not "
+                    "pose the problem",
+                    (f"preconditions.{i}.advantage.estimate", "its advantage over the bar"),
                 )
             )
+    replication = record.get("replication") or {}
+    for name, pre in (replication.get("preconditions") or {}).items():
+        if not pre["passed"]:
+            findings.append(
+                finding(
+                    "check",
+                    f"precondition {name} failed on the replication seeds",
+                    (f"replication.preconditions.{name}.advantage.estimate", "its advantage"),
+                )
+            )
+    by_budget = record["evidence"]["method_by_budget"]
+    shares = record["evidence"]["gradient_share"]
+    least_share = min(t["mean_share"] for seed in shares for t in seed.values())
+    checks = {c["name"]: c for c in record["checks"]}
+    for name, outcome in record["outcomes"][METHOD].items():
+        if outcome["passed"]:
+            continue
+        check = checks[name]
+        metric = check["metric"]
+        sign = 1.0 if check["goal"] == "higher" else -1.0
+        moved = sign * (by_budget["2x"][metric] - by_budget["1x"][metric])
+        if moved > IMPROVES_BY:
+            cause, why = (
+                "implementation",
+                "and it still improves with twice the epochs (undertrained)",
+            )
+        elif least_share >= 0.1:
+            cause, why = "idea", "with both loss terms acting and no gain from twice the epochs"
+        else:
+            cause, why = "undetermined", "and one loss term carries under a tenth of the gradient"
+        cites = [
+            (f"outcomes.{METHOD}.{name}.advantage.estimate", "the method's advantage over the bar"),
+            (f"metrics.{METHOD}.{metric}.mean", "the method's mean"),
+            *((f"metrics.{r}.{metric}.mean", f"{r}'s mean") for r in check["against"]),
+            (f"metrics.oracle.{metric}.mean", "the oracle's (same decoders and probes)"),
+            (f"evidence.method_by_budget.1x.{metric}", "the method at 1x, first seed"),
+            (f"evidence.method_by_budget.2x.{metric}", "at 2x the epochs"),
+        ]
+        findings.append(finding(cause, f"{READING[metric]}: the method fails {name} {why}", *cites))
     return findings or [
-        finding("undetermined", "a control or precondition decided the verdict", ("wall_time_s", "run time"))
+        finding("undetermined", "no failed check or control found", ("wall_time_s", "run time"))
     ]
 
 

@@ -1,5 +1,5 @@
 """``train``: the LightningCLI class and entry point (papers.train). ``reproduce`` is
-``counterfactual_instruments.claim:main``; claim.py imports this module, never the other way round."""
+``counterfactual_instruments.claim:main``; claim.py imports this module, never the reverse."""
 
 from __future__ import annotations
 
@@ -29,5 +29,5 @@ def train(args: list[str] | None = None) -> PapersCLI:
 
 
 def main() -> None:
-    """Console entry point of `uv run train` (and of the unique `counterfactual-instruments` script)."""
+    """Console entry point of `uv run train` (and of the `counterfactual-instruments` script)."""
     train()

@@ -25,7 +25,8 @@ Galaxy structure can reach the target only through z_p of the *other* instrument
 target's PSF and noise only through z_s of *another object*: the objective separates them. A
 self term with the neighbour's instrument latent,
 
-    L_self = chi2(D_B(E_p(x^B_i), E_s(n^B_i)), x^B_i) + chi2(D_A(E_p(x^A_i), E_s(n^A_i)), x^A_i), (3)
+    L_self = chi2(D_B(E_p(x^B_i), E_s(n^B_i)), x^B_i)
+           + chi2(D_A(E_p(x^A_i), E_s(n^A_i)), x^A_i),                                        (3)
 
 helps z_p early (reconstructed; weight in the config). The flow-matching decoder (from a
 third-party summary, reconstructed) replaces the regression by conditional flow matching on
@@ -173,7 +174,9 @@ class Decoder(nn.Module):
     ) -> None:
         super().__init__()
         if size % 4:
-            raise ValueError(f"the decoder upsamples twice by 2: stamp size {size} must divide by 4")
+            raise ValueError(
+                f"the decoder upsamples twice by 2: stamp size {size} must divide by 4"
+            )
         self.width, self.base = width, size // 4
         self.project = nn.Linear(latent_dim + condition_dim, width * self.base**2)
         self.blocks = nn.ModuleList([FiLMBlock(width, condition_dim) for _ in range(2)])

@@ -32,7 +32,7 @@ HOW_TO_GET = (
     "and HSC PDR3 under <root>/hsc/ (the healpix=*/ folders of *.hdf5 files as MMU publishes "
     "them; see the project README, 'Paper scale')"
 )
-SIM_VERSION = 1  # bump when simulate.py changes what it renders (the cache key)
+SIM_VERSION = 2  # bump when simulate.py changes what it renders (the cache key)
 
 
 class PairDataset(Dataset):
@@ -89,7 +89,9 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         n = h.n_train + h.n_val + h.n_test
         if h.root is not None:
             folder = resolve_data_root(h.root, "counterfactual-instruments", [], HOW_TO_GET)
-            arrays = load_pairs(folder, h.bands_a, h.bands_b, h.size_a, h.size_b, h.match_radius_arcsec)
+            arrays = load_pairs(
+                folder, h.bands_a, h.bands_b, h.size_a, h.size_b, h.match_radius_arcsec
+            )
             for x in ("A", "B"):
                 arrays[f"cond_{x}"] = np.nan_to_num(arrays[f"cond_{x}"])
         else:
@@ -113,7 +115,8 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         self.raw = arrays  # unscaled, for the evaluation's shape measurements
         splits = np.split(np.arange(n), [h.n_train, h.n_train + h.n_val])
         self.train_set, self.val_set, self.test_set = (
-            PairDataset(self._items(arrays, idx, name, seed)) for idx, name in zip(splits, ("train", "val", "test"))
+            PairDataset(self._items(arrays, idx, name, seed))
+            for idx, name in zip(splits, ("train", "val", "test"), strict=True)
         )
 
     def _check_miniature_shape(self) -> None:
@@ -148,7 +151,10 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
             items["partner_ivar_B"] = arrays["ivar_B"][partner] * scale**2
             items["partner_cond_B"] = standardise(arrays["cond_B"], n_train)[partner]
             items["partner"] = partner - idx[0]  # an index into the test split
-        return {k: np.asarray(v, dtype=np.int64 if k == "partner" else np.float32) for k, v in items.items()}
+        return {
+            k: np.asarray(v, dtype=np.int64 if k == "partner" else np.float32)
+            for k, v in items.items()
+        }
 
     def train_dataloader(self) -> DataLoader:
         # A shuffle keyed on the items drawn so far, so a resumed run reads the uninterrupted

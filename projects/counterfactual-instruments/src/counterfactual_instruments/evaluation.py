@@ -4,7 +4,8 @@
   targets, fit on the training split's latents; a galaxy's score is 1 - its squared error
   averaged over targets (each over the test variance), so the mean over galaxies is R^2.
 - Leakage: the same probes from z_p to the observing condition (PSF FWHM, noise sigma) and
-  from z_s to the intrinsic parameters.
+  from z_s to the intrinsic parameters; and, as a check of the instrument latent itself, from
+  z_s to the condition.
 - Instrument independence: probes fit on A's latents scored on B's latents (and the reverse).
 - Similarity search: z_p of a galaxy's A view queries the B views of all test galaxies
   (cosine); recall@k of its own B view (both directions averaged).
@@ -111,17 +112,32 @@ def evaluate(module, data) -> dict[str, Any]:
         return 0.5 * (fn("A") + fn("B"))
 
     metrics["nuisance_r2"] = both(
-        lambda x: probe_scores(train[f"zp_{x}"], tr[f"cond_{x}"].numpy(), test[f"zp_{x}"], te[f"cond_{x}"].numpy())
+        lambda x: probe_scores(
+            train[f"zp_{x}"], tr[f"cond_{x}"].numpy(), test[f"zp_{x}"], te[f"cond_{x}"].numpy()
+        )
     )
     metrics["psf_r2"] = both(
         lambda x: probe_scores(
-            train[f"zp_{x}"], tr[f"cond_{x}"][:, :1].numpy(), test[f"zp_{x}"], te[f"cond_{x}"][:, :1].numpy()
+            train[f"zp_{x}"],
+            tr[f"cond_{x}"][:, :1].numpy(),
+            test[f"zp_{x}"],
+            te[f"cond_{x}"][:, :1].numpy(),
         )
     )
+    if "zs_A" in train:  # does z_s carry the condition it should?
+        metrics["condition_r2_from_instrument"] = both(
+            lambda x: probe_scores(
+                train[f"zs_{x}"], tr[f"cond_{x}"].numpy(), test[f"zs_{x}"], te[f"cond_{x}"].numpy()
+            )
+        )
+    else:
+        metrics["condition_r2_from_instrument"] = nan
     has_params = "params" in tr
     if "zs_A" in train and has_params:
         metrics["intrinsic_r2_from_instrument"] = both(
-            lambda x: probe_scores(train[f"zs_{x}"], tr["params"].numpy(), test[f"zs_{x}"], te["params"].numpy())
+            lambda x: probe_scores(
+                train[f"zs_{x}"], tr["params"].numpy(), test[f"zs_{x}"], te["params"].numpy()
+            )
         )
     else:
         metrics["intrinsic_r2_from_instrument"] = nan
@@ -139,11 +155,15 @@ def evaluate(module, data) -> dict[str, Any]:
         )
     if "counterfactual_B" in test:
         view = torch.from_numpy(test["counterfactual_B"])
-        metrics["counterfactual_chi2"] = chi2_per_pixel(view, te["truth_B"], te["partner_ivar_B"]).numpy()
+        metrics["counterfactual_chi2"] = chi2_per_pixel(
+            view, te["truth_B"], te["partner_ivar_B"]
+        ).numpy()
         size, shape = shape_errors(test["counterfactual_B"], te["truth_B"].numpy())
         metrics.update(counterfactual_size_error=size, counterfactual_shape_error=shape)
     else:
-        metrics.update(counterfactual_chi2=nan, counterfactual_size_error=nan, counterfactual_shape_error=nan)
+        metrics.update(
+            counterfactual_chi2=nan, counterfactual_size_error=nan, counterfactual_shape_error=nan
+        )
     metrics["observed_size_psf_corr"] = observed_size_psf_corr(data)
     return metrics
 

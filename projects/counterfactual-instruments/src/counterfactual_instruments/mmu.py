@@ -17,7 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-KEYS = ("object_id", "ra", "dec", "image_array", "image_ivar", "image_mask", "image_band", "image_psf_fwhm")
+KEYS = (
+    "object_id",
+    "ra",
+    "dec",
+    "image_array",
+    "image_ivar",
+    "image_mask",
+    "image_band",
+    "image_psf_fwhm",
+)
 
 
 class MMUFormatError(ValueError):
@@ -36,12 +45,16 @@ def read_survey(folder: str | Path, bands: list[str], size: int) -> dict[str, np
     files = sorted(Path(folder).rglob("*.hdf5"))
     if not files:
         raise MMUFormatError(f"no *.hdf5 files under {folder}")
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ra", "dec", "object_id", "image", "ivar", "mask", "psf")}
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("ra", "dec", "object_id", "image", "ivar", "mask", "psf")
+    }
     for path in files:
         with h5py.File(path, "r") as f:
             missing = [k for k in KEYS if k not in f]
             if missing:
-                raise MMUFormatError(f"{path} lacks {missing} (the MMU image layout has {list(KEYS)})")
+                raise MMUFormatError(
+                    f"{path} lacks {missing} (the MMU image layout has {list(KEYS)})"
+                )
             names = [[_decode(b) for b in row] for row in f["image_band"][:]]
             # Band names may differ in case or carry a survey prefix (DES-G, HSC-G): match the
             # last letter, case-insensitively.
@@ -73,7 +86,9 @@ def read_survey(folder: str | Path, bands: list[str], size: int) -> dict[str, np
         parts["mask"].append((~bad).astype(np.float32))
         parts["psf"].append(psf.astype(np.float32))
     out = {k: np.concatenate(v) for k, v in parts.items()}
-    out["cond"] = np.stack([np.nanmean(out.pop("psf"), 1), noise_level(out["ivar"], out["mask"])], 1)
+    out["cond"] = np.stack(
+        [np.nanmean(out.pop("psf"), 1), noise_level(out["ivar"], out["mask"])], 1
+    )
     return out
 
 
@@ -96,7 +111,9 @@ def noise_level(ivar: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.nanmedian(sigma.reshape(len(sigma), -1), axis=1)
 
 
-def cross_match(ra_a, dec_a, ra_b, dec_b, radius_arcsec: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def cross_match(
+    ra_a, dec_a, ra_b, dec_b, radius_arcsec: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """One-to-one positional pairs within ``radius_arcsec`` (the MMU cross-match rule): each A
     object's nearest B object; a B object claimed twice keeps its closest A."""
     from scipy.spatial import cKDTree
@@ -106,7 +123,9 @@ def cross_match(ra_a, dec_a, ra_b, dec_b, radius_arcsec: float = 1.0) -> tuple[n
         return np.stack([np.cos(dec) * np.cos(ra), np.cos(dec) * np.sin(ra), np.sin(dec)], 1)
 
     chord = 2 * np.sin(np.radians(radius_arcsec / 3600) / 2)
-    distance, nearest = cKDTree(unit(ra_b, dec_b)).query(unit(ra_a, dec_a), distance_upper_bound=chord)
+    distance, nearest = cKDTree(unit(ra_b, dec_b)).query(
+        unit(ra_a, dec_a), distance_upper_bound=chord
+    )
     a = np.flatnonzero(np.isfinite(distance))
     order = a[np.argsort(distance[a], kind="stable")]
     _, first = np.unique(nearest[order], return_index=True)
@@ -142,7 +161,10 @@ def load_pairs(
     ia, ib = cross_match(a["ra"], a["dec"], b["ra"], b["dec"], radius_arcsec)
     if len(ia) == 0:
         raise MMUFormatError(f"no Legacy/HSC pairs within {radius_arcsec} arcsec under {root}")
-    out: dict[str, np.ndarray] = {"object_id_A": a["object_id"][ia], "object_id_B": b["object_id"][ib]}
+    out: dict[str, np.ndarray] = {
+        "object_id_A": a["object_id"][ia],
+        "object_id_B": b["object_id"][ib],
+    }
     for name, survey, idx in (("A", a, ia), ("B", b, ib)):
         neighbour = nearest_condition_neighbour(survey["cond"])[idx]
         out[f"image_{name}"] = survey["image"][idx]

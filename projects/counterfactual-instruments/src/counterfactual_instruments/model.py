@@ -58,7 +58,10 @@ class CounterfactualInstrumentsModule(LightningModule):
         temperature: PositiveFloat = 0.1,
         lr: PositiveFloat = 3e-3,
         weight_decay: NonNegativeFloat = 0.0,
+        lr_schedule: Literal["cosine", "constant"] = "cosine",
         flow_samples: PositiveInt = 4,
+        flow_channels: list[int] = [32, 64],  # noqa: B006 (jsonargparse reads the default)
+        flow_steps: PositiveInt = 16,
         bands_a: PositiveInt = 3,
         bands_b: PositiveInt = 5,
         size_a: PositiveInt = 16,
@@ -88,9 +91,16 @@ class CounterfactualInstrumentsModule(LightningModule):
         self.decoders = None
         if objective != "contrastive":
             if decoder == "flow":
-                heads = {x: FlowDecoder(bands[x], sizes[x], latent, condition) for x in INSTRUMENTS}
+                heads = {
+                    x: FlowDecoder(
+                        bands[x], sizes[x], latent, condition, tuple(flow_channels), flow_steps
+                    )
+                    for x in INSTRUMENTS
+                }
             else:
-                heads = {x: Decoder(bands[x], sizes[x], latent, condition, width) for x in INSTRUMENTS}
+                heads = {
+                    x: Decoder(bands[x], sizes[x], latent, condition, width) for x in INSTRUMENTS
+                }
             self.decoders = nn.ModuleDict(heads)
         self.loss_terms: dict[str, torch.Tensor] = {}
 
@@ -101,7 +111,9 @@ class CounterfactualInstrumentsModule(LightningModule):
             return batch["params"]
         return self.encoder(batch[f"{key}_{instrument}"], instrument)
 
-    def instrument(self, batch: dict, instrument: str, key: str = "neighbour") -> torch.Tensor | None:
+    def instrument(
+        self, batch: dict, instrument: str, key: str = "neighbour"
+    ) -> torch.Tensor | None:
         """z_s read from the view ``<key>_<instrument>`` (the oracle: that view's true
         condition); None for objectives without an instrument latent."""
         if self.hparams.objective == "oracle":
@@ -129,17 +141,23 @@ class CounterfactualInstrumentsModule(LightningModule):
             return {"info_nce": info_nce(z_a, z_b, h.temperature)}
         z_a, z_b = self.intrinsic(batch, "A"), self.intrinsic(batch, "B")
         if h.objective == "autoencoder":
-            own = self.reconstruction(batch, "A", z_a, None) + self.reconstruction(batch, "B", z_b, None)
+            own = self.reconstruction(batch, "A", z_a, None) + self.reconstruction(
+                batch, "B", z_b, None
+            )
             return {"self": own}
         if h.objective == "translation":
-            cross = self.reconstruction(batch, "B", z_a, None) + self.reconstruction(batch, "A", z_b, None)
+            cross = self.reconstruction(batch, "B", z_a, None) + self.reconstruction(
+                batch, "A", z_b, None
+            )
             return {"translation": cross}
         source = "image" if h.objective in ("same_object", "self_reconstruction") else "neighbour"
         s_a, s_b = self.instrument(batch, "A", source), self.instrument(batch, "B", source)
         own = self.reconstruction(batch, "A", z_a, s_a) + self.reconstruction(batch, "B", z_b, s_b)
         if h.objective == "self_reconstruction":
             return {"self": own}
-        cross = self.reconstruction(batch, "B", z_a, s_b) + self.reconstruction(batch, "A", z_b, s_a)
+        cross = self.reconstruction(batch, "B", z_a, s_b) + self.reconstruction(
+            batch, "A", z_b, s_a
+        )
         terms = {"counterfactual": cross}
         if h.self_weight > 0:
             terms["self"] = h.self_weight * own
@@ -168,7 +186,9 @@ class CounterfactualInstrumentsModule(LightningModule):
             return decoder(z_p, z_s)
         shape = batch["image_B"].shape
         generator = torch.Generator(device=self.device).manual_seed(0)
-        draws = [decoder.sample(z_p, z_s, shape, generator) for _ in range(self.hparams.flow_samples)]
+        draws = [
+            decoder.sample(z_p, z_s, shape, generator) for _ in range(self.hparams.flow_samples)
+        ]
         return torch.stack(draws).mean(0)
 
     # -- Lightning ----------------------------------------------------------------------------
@@ -204,6 +224,13 @@ class CounterfactualInstrumentsModule(LightningModule):
             self.log(f"test/{name}", value)
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(
+        optimizer = torch.optim.AdamW(
             self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
+        if self.hparams.lr_schedule == "constant":
+            return optimizer
+        # Cosine decay to zero over the run's optimizer steps (stepped per batch, so a resumed
+        # run continues the schedule from the checkpoint's scheduler state).
+        steps = max(1, int(self.trainer.estimated_stepping_batches))
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

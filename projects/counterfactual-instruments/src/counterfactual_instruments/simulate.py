@@ -4,9 +4,10 @@ Every galaxy has intrinsic parameters theta (log flux, half-light radius, Sersic
 g1 and g2, a colour that sets the per-band flux ratios). GalSim renders it through
 
 - instrument A, "Legacy-like": 0.262"/pixel, 16 x 16 stamp (4.2"), bands g r z, a Moffat
-  (beta 3.5) PSF whose FWHM is drawn per observation in [1.0, 1.6]", more sky noise;
+  (beta 3.5) PSF whose FWHM is drawn per observation in [0.9, 2.0]", more sky noise;
 - instrument B, "HSC-like": 0.168"/pixel, 24 x 24 stamp (4.0"), bands g r i z y, a
-  Kolmogorov PSF with FWHM in [0.5, 0.9]", a third of A's noise.
+  Kolmogorov PSF with FWHM in [0.45, 1.0]", a third of A's noise (seeing ranges of the
+  two surveys: DECam about 0.9-2", HSC about 0.45-1").
 
 An observation's condition is (PSF FWHM, noise sigma). Stated simplification: the galaxy is
 achromatic in shape (colour only scales the bands) and one observation has one PSF for all its
@@ -43,7 +44,7 @@ class Instrument:
 
 
 LEGACY_LIKE = Instrument(
-    "A", 0.262, 16, ("g", "r", "z"), "moffat", (1.0, 1.6), (1.5, 4.5), (-0.3, 0.0, 0.35)
+    "A", 0.262, 16, ("g", "r", "z"), "moffat", (0.9, 2.0), (1.5, 4.5), (-0.3, 0.0, 0.35)
 )
 HSC_LIKE = Instrument(
     "B",
@@ -51,7 +52,7 @@ HSC_LIKE = Instrument(
     24,
     ("g", "r", "i", "z", "y"),
     "kolmogorov",
-    (0.5, 0.9),
+    (0.45, 1.0),
     (0.5, 1.5),
     (-0.3, 0.0, 0.2, 0.35, 0.45),
 )
@@ -74,7 +75,9 @@ def draw_parameters(n: int, rng: np.random.Generator) -> np.ndarray:
 
 def draw_conditions(n: int, instrument: Instrument, rng: np.random.Generator) -> np.ndarray:
     """[n, 2]: per-observation PSF FWHM (arcsec) and noise sigma, uniform in the ranges."""
-    return np.stack([rng.uniform(*instrument.fwhm_range, n), rng.uniform(*instrument.noise_range, n)], 1)
+    return np.stack(
+        [rng.uniform(*instrument.fwhm_range, n), rng.uniform(*instrument.noise_range, n)], 1
+    )
 
 
 def render(theta: np.ndarray, condition: np.ndarray, instrument: Instrument) -> np.ndarray:
@@ -96,9 +99,7 @@ def render(theta: np.ndarray, condition: np.ndarray, instrument: Instrument) -> 
     return (fluxes[:, None, None] * profile[None]).astype(np.float32)
 
 
-def observe(
-    clean: np.ndarray, noise_sigma: float, rng: np.random.Generator
-) -> np.ndarray:
+def observe(clean: np.ndarray, noise_sigma: float, rng: np.random.Generator) -> np.ndarray:
     """Add Gaussian sky noise of the observation's sigma to a noise-free image."""
     return (clean + noise_sigma * rng.standard_normal(clean.shape)).astype(np.float32)
 
