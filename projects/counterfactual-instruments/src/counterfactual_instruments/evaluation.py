@@ -116,14 +116,15 @@ def evaluate(module, data) -> dict[str, Any]:
             train[f"zp_{x}"], tr[f"cond_{x}"].numpy(), test[f"zp_{x}"], te[f"cond_{x}"].numpy()
         )
     )
-    metrics["psf_r2"] = both(
-        lambda x: probe_scores(
-            train[f"zp_{x}"],
-            tr[f"cond_{x}"][:, :1].numpy(),
-            test[f"zp_{x}"],
-            te[f"cond_{x}"][:, :1].numpy(),
+    for column, name in enumerate(("psf_r2", "noise_r2")):
+        metrics[name] = both(
+            lambda x, c=column: probe_scores(
+                train[f"zp_{x}"],
+                tr[f"cond_{x}"][:, c : c + 1].numpy(),
+                test[f"zp_{x}"],
+                te[f"cond_{x}"][:, c : c + 1].numpy(),
+            )
         )
-    )
     if "zs_A" in train:  # does z_s carry the condition it should?
         metrics["condition_r2_from_instrument"] = both(
             lambda x: probe_scores(
