@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
 from torch import nn
 
@@ -59,6 +59,7 @@ class CounterfactualInstrumentsModule(LightningModule):
         lr: PositiveFloat = 3e-3,
         weight_decay: NonNegativeFloat = 0.0,
         lr_schedule: Literal["cosine", "constant"] = "cosine",
+        lr_decay_steps: NonNegativeInt = 0,
         flow_samples: PositiveInt = 4,
         flow_channels: list[int] = [32, 64],  # noqa: B006 (jsonargparse reads the default)
         flow_steps: PositiveInt = 16,
@@ -229,8 +230,8 @@ class CounterfactualInstrumentsModule(LightningModule):
         )
         if self.hparams.lr_schedule == "constant":
             return optimizer
-        # Cosine decay to zero over the run's optimizer steps (stepped per batch, so a resumed
-        # run continues the schedule from the checkpoint's scheduler state).
-        steps = max(1, int(self.trainer.estimated_stepping_batches))
+        # Cosine decay to zero over lr_decay_steps optimizer steps (0: the run's own length),
+        # stepped per batch; a resumed run continues from the checkpoint's scheduler state.
+        steps = self.hparams.lr_decay_steps or max(1, int(self.trainer.estimated_stepping_batches))
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
