@@ -9,6 +9,7 @@ from counterfactual_instruments.mmu import (
     cross_match,
     load_pairs,
     nearest_condition_neighbour,
+    point_sources,
     read_survey,
 )
 from counterfactual_instruments.simulate import HSC_LIKE, LEGACY_LIKE, render, simulate_pairs
@@ -52,7 +53,7 @@ def test_neighbours_share_the_condition_and_truths_use_the_partners():
     for i in range(4, 8):
         expected = render(sim["params"][i], sim["cond_B"][sim["partner"][i]], HSC_LIKE)
         np.testing.assert_allclose(sim["truth_B"][i], expected, rtol=1e-5, atol=1e-6)
-    # a neighbour is another galaxy seen under the target observation's PSF: its noise-free
+    # a neighbour is another object seen under the target observation's PSF: its noise-free
     # render from its own parameters and the target's condition is what was observed, up to noise
     i = 2
     clean = render(sim["neighbour_params_B"][i], sim["cond_B"][i], HSC_LIKE)
@@ -223,3 +224,27 @@ def test_real_data_through_the_datamodule(mmu_root):
     too_many = CounterfactualInstrumentsDataModule(root=str(mmu_root), n_train=2, n_val=1, n_test=1)
     with pytest.raises(ConfigError, match="fewer than"):  # three pairs for four items
         too_many.setup()
+
+
+def test_neighbours_prefer_point_sources_under_the_nearest_condition(tmp_path):
+    cond = np.array([[1.0, 1.0], [1.01, 1.0], [2.0, 3.0], [2.05, 3.0], [1.02, 1.0]])
+    stars = np.array([False, False, True, False, True])
+    np.testing.assert_array_equal(nearest_condition_neighbour(cond, stars), [4, 4, 4, 2, 2])
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    write_survey(folder / "x.hdf5", [1.0, 2.0], [0.0, 0.0], ["G"])
+    assert point_sources(folder) is None  # no catalogue column: any object may serve
+    with h5py.File(folder / "x.hdf5", "r+") as f:
+        f["TYPE"] = np.array([b"PSF", b"SER "])
+    np.testing.assert_array_equal(point_sources(folder), [True, False])
+
+
+def test_star_neighbours_show_the_psf_itself():
+    sim = simulate_pairs(4, seed=5, neighbour="star")
+    stars = sim["neighbour_params_A"]
+    assert (stars[:, 1] == 0).all()  # point sources
+    clean = render(stars[0], sim["cond_A"][0], LEGACY_LIKE)
+    sigma = hsm_moments(clean[None], LEGACY_LIKE.pixel_scale)[0, 0]
+    assert 2.355 * sigma == pytest.approx(sim["cond_A"][0, 0], rel=0.15)
+    with pytest.raises(ValueError, match="star"):
+        simulate_pairs(2, seed=0, neighbour="planet")

@@ -15,6 +15,8 @@ with the training split's mean and standard deviation.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
@@ -32,7 +34,7 @@ HOW_TO_GET = (
     "and HSC PDR3 under <root>/hsc/ (the healpix=*/ folders of *.hdf5 files as MMU publishes "
     "them; see the project README, 'Paper scale')"
 )
-SIM_VERSION = 2  # bump when simulate.py changes what it renders (the cache key)
+SIM_VERSION = 3  # bump when simulate.py changes what it renders (the cache key)
 
 
 class PairDataset(Dataset):
@@ -58,7 +60,8 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
     """Train / validation / test pairs of the real surveys (``root``) or of the miniature.
 
     ``seed`` fixes the miniature's galaxies, conditions and noise; by default it is the run's
-    ``seed_everything``. ``shuffle_pairs`` (the negative control) re-pairs the training and
+    ``seed_everything``. ``neighbour``: what the miniature's instrument latent reads, a star
+    (default) or another galaxy under the same condition (real data: mmu.py's rule). ``shuffle_pairs`` (the negative control) re-pairs the training and
     validation B views with other galaxies' (test pairs stay true).
     """
 
@@ -74,6 +77,7 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         size_b: PositiveInt = 24,
         flux_scale: PositiveFloat = 10.0,
         match_radius_arcsec: PositiveFloat = 1.0,
+        neighbour: Literal["star", "galaxy"] = "star",
         shuffle_pairs: bool = False,
         batch_size: PositiveInt = 64,
         num_workers: NonNegativeInt = 0,
@@ -97,8 +101,11 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         else:
             self._check_miniature_shape()
             config = {"n": n, "seed": seed, "n_truth": h.n_test, "version": SIM_VERSION}
+            config["neighbour"] = h.neighbour
             arrays = cached_generate(
-                "counterfactual-instruments", config, lambda: simulate_pairs(n, seed, h.n_test)
+                "counterfactual-instruments",
+                config,
+                lambda: simulate_pairs(n, seed, h.n_test, h.neighbour),
             )
             arrays = dict(arrays)
             for x in ("A", "B"):

@@ -7,8 +7,9 @@ object: ``object_id``, ``ra``, ``dec`` (degrees), ``image_array`` [N, C, H, W] (
 objects in both surveys within 1 arcsec (a KD-tree on unit vectors, one-to-one). Both views are
 centre-cropped to about the same sky area (20 px at 0.262" and 32 px at 0.168" by default). The
 instrument latent reads a *neighbour*: the other object of the same survey whose observing
-condition (mean PSF FWHM, median noise sigma) is nearest (reconstructed: the real analogue of
-"another object under the same condition").
+condition (mean PSF FWHM, median noise sigma) is nearest, among point sources when the catalogue
+marks them (Legacy ``TYPE`` == PSF, HSC ``i_extendedness_value`` == 0): reconstructed, the real
+analogue of the miniature's star in the same exposure.
 """
 
 from __future__ import annotations
@@ -133,17 +134,39 @@ def cross_match(
     return kept, nearest[kept]
 
 
-def nearest_condition_neighbour(cond: np.ndarray) -> np.ndarray:
-    """For each object, another object with the nearest standardised condition [N, 2]."""
+def nearest_condition_neighbour(
+    cond: np.ndarray, candidates: np.ndarray | None = None
+) -> np.ndarray:
+    """For each object, another object (among ``candidates``, a boolean [N]: point sources when
+    the catalogue says which) with the nearest standardised condition [N, 2]."""
     from scipy.spatial import cKDTree
 
-    if len(cond) < 2:
-        raise MMUFormatError("a neighbour needs at least two objects per survey")
+    pool = np.arange(len(cond)) if candidates is None else np.flatnonzero(candidates)
+    if len(pool) < 2:
+        raise MMUFormatError("a neighbour needs at least two candidate objects per survey")
     z = (cond - np.nanmean(cond, 0)) / (np.nanstd(cond, 0) + 1e-12)
     z = np.nan_to_num(z)
-    _, idx = cKDTree(z).query(z, k=2)
-    self_first = idx[:, 0] == np.arange(len(z))
-    return np.where(self_first, idx[:, 1], idx[:, 0])
+    _, idx = cKDTree(z[pool]).query(z, k=2)
+    nearest = pool[idx]  # [N, 2] object indices
+    self_first = nearest[:, 0] == np.arange(len(z))
+    return np.where(self_first, nearest[:, 1], nearest[:, 0])
+
+
+def point_sources(folder: str | Path) -> np.ndarray | None:
+    """Which objects are point sources, from the catalogue columns MMU keeps (Legacy ``TYPE``
+    == PSF, HSC ``i_extendedness_value`` == 0), in read_survey's order; None if absent."""
+    import h5py
+
+    flags = []
+    for path in sorted(Path(folder).rglob("*.hdf5")):
+        with h5py.File(path, "r") as f:
+            if "TYPE" in f:
+                flags.append(np.array([_decode(t).strip().upper() == "PSF" for t in f["TYPE"][:]]))
+            elif "i_extendedness_value" in f:
+                flags.append(f["i_extendedness_value"][:] == 0)
+            else:
+                return None
+    return np.concatenate(flags)
 
 
 def load_pairs(
@@ -165,8 +188,11 @@ def load_pairs(
         "object_id_A": a["object_id"][ia],
         "object_id_B": b["object_id"][ib],
     }
-    for name, survey, idx in (("A", a, ia), ("B", b, ib)):
-        neighbour = nearest_condition_neighbour(survey["cond"])[idx]
+    for name, survey, idx, folder in (("A", a, ia, "legacysurvey"), ("B", b, ib, "hsc")):
+        stars = point_sources(Path(root) / folder)
+        if stars is not None and stars.sum() < 2:
+            stars = None  # too few point sources: any object under the nearest condition
+        neighbour = nearest_condition_neighbour(survey["cond"], stars)[idx]
         out[f"image_{name}"] = survey["image"][idx]
         out[f"ivar_{name}"] = survey["ivar"][idx]
         out[f"mask_{name}"] = survey["mask"][idx]

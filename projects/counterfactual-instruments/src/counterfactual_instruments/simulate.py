@@ -12,9 +12,12 @@ g1 and g2, a colour that sets the per-band flux ratios). GalSim renders it throu
 An observation's condition is (PSF FWHM, noise sigma). Stated simplification: the galaxy is
 achromatic in shape (colour only scales the bands) and one observation has one PSF for all its
 bands, so each observation is one GalSim render scaled per band. Each training pair also holds a
-*neighbour* per instrument: another galaxy rendered under the same observation's condition (an
+*neighbour* per instrument: another object rendered under the same observation's condition (an
 object in the same exposure); the method's instrument encoder reads it (the design note's
-reconstruction of where the instrument latent comes from). Each test galaxy i has a fixed
+reconstruction of where the instrument latent comes from). By default the neighbour is a star
+(a point source of random flux and colour: the instrument's own response, as surveys measure
+their PSF); ``neighbour="galaxy"`` draws another galaxy, from which a PSF is hard to read (the
+third pilot: the instrument latent then explained 29% of the condition's variance). Each test galaxy i has a fixed
 partner j and the noise-free truth of i under B's condition of j: the exact counterfactual.
 """
 
@@ -81,11 +84,15 @@ def draw_conditions(n: int, instrument: Instrument, rng: np.random.Generator) ->
 
 
 def render(theta: np.ndarray, condition: np.ndarray, instrument: Instrument) -> np.ndarray:
-    """Noise-free [bands, size, size] image of one galaxy under one observation's PSF."""
+    """Noise-free [bands, size, size] image of one galaxy under one observation's PSF (a
+    radius of 0 draws a point source, a star)."""
     import galsim
 
     log_flux, radius, sersic, g1, g2, colour = (float(v) for v in theta)
-    galaxy = galsim.Sersic(n=sersic, half_light_radius=radius, flux=1.0).shear(g1=g1, g2=g2)
+    if radius == 0:
+        galaxy = galsim.DeltaFunction(flux=1.0)
+    else:
+        galaxy = galsim.Sersic(n=sersic, half_light_radius=radius, flux=1.0).shear(g1=g1, g2=g2)
     fwhm = float(condition[0])
     if instrument.psf == "moffat":
         psf = galsim.Moffat(beta=3.5, fwhm=fwhm)
@@ -104,12 +111,23 @@ def observe(clean: np.ndarray, noise_sigma: float, rng: np.random.Generator) -> 
     return (clean + noise_sigma * rng.standard_normal(clean.shape)).astype(np.float32)
 
 
-def simulate_pairs(n: int, seed: int, n_truth: int = 0) -> dict[str, np.ndarray]:
+def draw_stars(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Point sources in the PARAMS layout: radius 0, random log flux and colour."""
+    stars = np.zeros((n, len(PARAMS)))
+    stars[:, 0] = rng.uniform(3.0, 3.6, n)
+    stars[:, 2] = SERSIC_GRID[0]
+    stars[:, 5] = rng.uniform(-1.0, 1.0, n)
+    return stars
+
+
+def simulate_pairs(
+    n: int, seed: int, n_truth: int = 0, neighbour: str = "star"
+) -> dict[str, np.ndarray]:
     """n galaxies seen by both instruments, with neighbours and (for the last ``n_truth``)
     partners and counterfactual truths.
 
     Returns params [n, 6]; for each instrument X in (A, B): image_X [n, bands, s, s] (observed),
-    cond_X [n, 2], neighbour_X [n, bands, s, s] (another galaxy under the same condition,
+    cond_X [n, 2], neighbour_X [n, bands, s, s] (a star or another galaxy under the same condition,
     observed with its own noise draw), neighbour_params_X [n, 6]; and ``partner`` [n] (-1
     outside the truth set; a partner indexes the truth set's own galaxies) with
     ``truth_B`` [n, 5, 24, 24]: galaxy i, noise-free, under B's condition of its partner.
@@ -119,7 +137,12 @@ def simulate_pairs(n: int, seed: int, n_truth: int = 0) -> dict[str, np.ndarray]
     out: dict[str, np.ndarray] = {"params": params.astype(np.float32)}
     for name, instrument in INSTRUMENTS.items():
         cond = draw_conditions(n, instrument, rng)
-        neighbour_params = draw_parameters(n, rng)  # objects outside the catalogue's pairs
+        if neighbour == "star":
+            neighbour_params = draw_stars(n, rng)
+        elif neighbour == "galaxy":
+            neighbour_params = draw_parameters(n, rng)  # objects outside the catalogue's pairs
+        else:
+            raise ValueError(f"neighbour must be 'star' or 'galaxy', not {neighbour!r}")
         images, neighbours = [], []
         for i in range(n):
             images.append(observe(render(params[i], cond[i], instrument), cond[i, 1], rng))
