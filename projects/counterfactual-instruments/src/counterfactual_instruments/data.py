@@ -61,7 +61,8 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
 
     ``seed`` fixes the miniature's galaxies, conditions and noise; by default it is the run's
     ``seed_everything``. ``neighbour``: what the miniature's instrument latent reads, a star
-    (default) or another galaxy under the same condition (real data: mmu.py's rule). ``shuffle_pairs`` (the negative control) re-pairs the training and
+    (default) or another galaxy under the same condition (real data: mmu.py's rule).
+    ``shuffle_pairs`` (the negative control) re-pairs the training and
     validation B views with other galaxies' (test pairs stay true).
     """
 

@@ -17,7 +17,8 @@ object in the same exposure); the method's instrument encoder reads it (the desi
 reconstruction of where the instrument latent comes from). By default the neighbour is a star
 (a point source of random flux and colour: the instrument's own response, as surveys measure
 their PSF); ``neighbour="galaxy"`` draws another galaxy, from which a PSF is hard to read (the
-third pilot: the instrument latent then explained 29% of the condition's variance). Each test galaxy i has a fixed
+third pilot: the instrument latent then explained 29% of the condition's variance).
+Each test galaxy i has a fixed
 partner j and the noise-free truth of i under B's condition of j: the exact counterfactual.
 """
 
