@@ -19,6 +19,7 @@ def make_batch(n=4, seed=0, grad=False):
         batch[f"cond_{x}"] = torch.randn(n, 2, generator=g)
     batch["params"] = torch.randn(n, 6, generator=g)
     batch["partner_image_B"] = torch.randn(n, 5, 24, 24, generator=g)
+    batch["partner_neighbour_B"] = torch.randn(n, 5, 24, 24, generator=g)
     batch["partner_cond_B"] = torch.randn(n, 2, generator=g)
     if grad:
         for key in ("image_A", "image_B", "neighbour_A", "neighbour_B"):
@@ -116,12 +117,26 @@ def test_the_oracle_decodes_the_true_parameters_and_condition():
 def test_the_counterfactual_view_reads_the_partners_instrument_latent():
     batch = make_batch()
     dual = module("counterfactual")
-    other = dict(batch, partner_image_B=batch["partner_image_B"].flip(0))
+    # the method reads the object beside the partner (the star of that exposure), not the
+    # partner galaxy itself
+    other = dict(batch, partner_neighbour_B=batch["partner_neighbour_B"].flip(0))
     assert not torch.allclose(dual.counterfactual_view(batch), dual.counterfactual_view(other))
+    galaxy = dict(batch, partner_image_B=batch["partner_image_B"].flip(0))
+    torch.testing.assert_close(dual.counterfactual_view(batch), dual.counterfactual_view(galaxy))
     expected = dual.decoders["B"](
-        dual.encoder(batch["image_A"], "A"), dual.instrument_encoder(batch["partner_image_B"], "B")
+        dual.encoder(batch["image_A"], "A"),
+        dual.instrument_encoder(batch["partner_neighbour_B"], "B"),
     )
     torch.testing.assert_close(dual.counterfactual_view(batch), expected)
+    leaky = module("same_object")  # reads the partner's own view, as it was trained
+    torch.testing.assert_close(
+        leaky.counterfactual_view(batch),
+        leaky.decoders["B"](
+            leaky.encoder(batch["image_A"], "A"),
+            leaky.instrument_encoder(batch["partner_image_B"], "B"),
+        ),
+    )
+    other = dict(batch, partner_image_B=batch["partner_image_B"].flip(0))
     # translation has no instrument latent: the partner cannot change its view
     translation = module("translation")
     torch.testing.assert_close(

@@ -143,8 +143,9 @@ def swap_diagnostic(module, data) -> dict[str, float]:
     module.eval()
     batch = {k: v for k, v in test.items()}
     z_p = module.intrinsic(batch, "A")
-    own = module.decoders["B"](z_p, module.instrument(batch, "B", "image")).numpy()
-    swapped = module.decoders["B"](z_p, module.instrument(batch, "B", "partner_image")).numpy()
+    source = module.instrument_source
+    own = module.decoders["B"](z_p, module.instrument(batch, "B", source)).numpy()
+    swapped = module.decoders["B"](z_p, module.instrument(batch, "B", f"partner_{source}")).numpy()
     size_own, size_swapped = (hsm_moments(v, HSC_LIKE.pixel_scale)[:, 0] for v in (own, swapped))
     size_truth = hsm_moments(test["truth_B"].numpy(), HSC_LIKE.pixel_scale)[:, 0]
     psf_change = (test["partner_cond_B"][:, 0] - test["cond_B"][:, 0]).numpy()
@@ -322,6 +323,7 @@ READING = {
     "nuisance_r2": "PSF and noise left in the intrinsic latent",
     "psf_r2": "PSF left in the intrinsic latent",
     "intrinsic_r2_from_instrument": "galaxy information left in the instrument latent",
+    "condition_r2_from_instrument": "the instrument latent reading the observing condition",
     "transfer_gap": "probes losing R^2 across instruments",
     "cross_probe_r2": "probes fit on one instrument explaining the other's galaxies",
     "recall_at_1": "cross-instrument search against contrastive learning",

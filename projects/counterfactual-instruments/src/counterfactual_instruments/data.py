@@ -156,6 +156,7 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
             partner = arrays["partner"][idx]
             items["truth_B"] = arrays["truth_B"][idx] / scale
             items["partner_image_B"] = arrays["image_B"][partner] / scale
+            items["partner_neighbour_B"] = arrays["neighbour_B"][partner] / scale
             items["partner_ivar_B"] = arrays["ivar_B"][partner] * scale**2
             items["partner_cond_B"] = standardise(arrays["cond_B"], n_train)[partner]
             items["partner"] = partner - idx[0]  # an index into the test split

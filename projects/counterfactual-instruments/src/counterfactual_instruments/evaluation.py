@@ -32,8 +32,9 @@ SIZE_ERROR_CAP = 1.0  # a failed or wild HSM measurement counts as a 100% size e
 
 @torch.no_grad()
 def encode(module, dataset, batch_size: int = 200) -> dict[str, np.ndarray]:
-    """z_p and z_s of both views of every item (z_s from the view itself, absent when the
-    objective has none) and, on the miniature's test split, the counterfactual B views."""
+    """z_p and z_s of both views of every item (z_s from what the objective's instrument encoder
+    reads: the neighbour for the method, the view itself otherwise; absent when the objective
+    has none) and, on the miniature's test split, the counterfactual B views."""
     module.eval()
     out: dict[str, list[np.ndarray]] = {}
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size)
@@ -41,7 +42,7 @@ def encode(module, dataset, batch_size: int = 200) -> dict[str, np.ndarray]:
         batch = {k: v.to(module.device) for k, v in batch.items()}
         for x in ("A", "B"):
             out.setdefault(f"zp_{x}", []).append(module.intrinsic(batch, x).cpu().numpy())
-            z_s = module.instrument(batch, x, "image")
+            z_s = module.instrument(batch, x, module.instrument_source)
             if z_s is not None:
                 out.setdefault(f"zs_{x}", []).append(z_s.cpu().numpy())
         if "truth_B" in batch:

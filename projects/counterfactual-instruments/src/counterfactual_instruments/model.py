@@ -112,13 +112,17 @@ class CounterfactualInstrumentsModule(LightningModule):
             return batch["params"]
         return self.encoder(batch[f"{key}_{instrument}"], instrument)
 
-    def instrument(
-        self, batch: dict, instrument: str, key: str = "neighbour"
-    ) -> torch.Tensor | None:
-        """z_s read from the view ``<key>_<instrument>`` (the oracle: that view's true
-        condition); None for objectives without an instrument latent."""
+    @property
+    def instrument_source(self) -> str:
+        """Which view the instrument encoder reads: the neighbour under the same condition (the
+        method), or the target's own view (same_object, self_reconstruction)."""
+        return "neighbour" if self.hparams.objective == "counterfactual" else "image"
+
+    def instrument(self, batch: dict, instrument: str, key: str) -> torch.Tensor | None:
+        """z_s read from the view ``<key>_<instrument>`` (the oracle: the true condition of that
+        observation, ``partner_*`` keys the partner's); None for objectives without one."""
         if self.hparams.objective == "oracle":
-            return batch[f"{'cond' if key != 'partner_image' else 'partner_cond'}_{instrument}"]
+            return batch[f"{'partner_cond' if key.startswith('partner') else 'cond'}_{instrument}"]
         if self.instrument_encoder is None:
             return None
         return self.instrument_encoder(batch[f"{key}_{instrument}"], instrument)
@@ -151,7 +155,7 @@ class CounterfactualInstrumentsModule(LightningModule):
                 batch, "A", z_b, None
             )
             return {"translation": cross}
-        source = "image" if h.objective in ("same_object", "self_reconstruction") else "neighbour"
+        source = self.instrument_source
         s_a, s_b = self.instrument(batch, "A", source), self.instrument(batch, "B", source)
         own = self.reconstruction(batch, "A", z_a, s_a) + self.reconstruction(batch, "B", z_b, s_b)
         if h.objective == "self_reconstruction":
@@ -175,13 +179,15 @@ class CounterfactualInstrumentsModule(LightningModule):
     @torch.no_grad()
     def counterfactual_view(self, batch: dict) -> torch.Tensor | None:
         """Galaxy i as B would see it under the condition of the partner's B observation:
-        D_B(E_p(x^A_i), E_s(x^B_partner)) (None for the contrastive baseline). Baselines without
+        D_B(E_p(x^A_i), z_s), z_s read from the partner's exposure the way the objective was
+        trained (the method: the star beside the partner; same_object and self_reconstruction:
+        the partner's own view); None for the contrastive baseline. Baselines without
         an instrument latent ignore the partner; the flow decoder returns the mean of
         ``flow_samples`` draws."""
         if self.decoders is None:
             return None
         z_p = self.intrinsic(batch, "A")
-        z_s = self.instrument(batch, "B", "partner_image")
+        z_s = self.instrument(batch, "B", f"partner_{self.instrument_source}")
         decoder = self.decoders["B"]
         if self.hparams.decoder == "deterministic":
             return decoder(z_p, z_s)
