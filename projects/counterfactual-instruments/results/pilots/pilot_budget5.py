@@ -1,7 +1,6 @@
-"""Fifth pilot (seed 34, outside the registered and replication sets), after the third showed
-the instrument latent reading little of the PSF from a neighbouring galaxy (R^2 of the condition
-0.29): the neighbour is now a star in the same exposure. The method (its counterfactual views and z_s probes now read the star
-    beside the partner, as trained) and translation at the
+"""Fifth pilot (seed 34, outside the registered and replication sets), after the fourth: with
+star neighbours the counterfactual views and the z_s probes must read the star beside the
+partner, as the method was trained, not the partner galaxy. The method and translation at the
 registered 60 epochs. Writes results/pilots/pilot_budget5.json.
 
     uv run python results/pilots/pilot_budget5.py
