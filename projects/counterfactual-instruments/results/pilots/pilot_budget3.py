@@ -7,13 +7,11 @@ HSC), a cosine learning-rate decay, 60 epochs and 2x. Writes results/pilots/pilo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
+from common import run_pilot
 
-from counterfactual_instruments.claim import METRICS, run_job
-from papers_eval.jobs import Job, run_jobs
+from papers_eval.jobs import Job
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,24 +26,4 @@ if __name__ == "__main__":
         Job("oracle", seed, {"lr": 0.003}, stage="pilot"),
         Job("contrastive", seed, {"lr": 0.003}, stage="pilot"),
     ]
-    done = run_jobs(run_job, jobs, settings={"max_epochs": 60}, workers=2, label="pilot3")
-    out = {}
-    for r in done:
-        key = f"{r.job.subject} lr={r.job.params['lr']} x{r.job.params.get('budget', 1.0)}"
-        v = r.value
-        out[key] = {
-            m: float(np.nanmean(v[m])) if np.isfinite(v[m]).any() else None for m in METRICS
-        }
-        out[key].update(
-            fit_s=v["fit_s"],
-            swap=v.get("swap"),
-            gradient_share=v.get("gradient_share"),
-            moved=v.get("moved"),
-        )
-        print(
-            key,
-            json.dumps(
-                {k: round(x, 4) if isinstance(x, float) else x for k, x in out[key].items()}
-            ),
-        )
-    (HERE / "pilot_budget3.json").write_text(json.dumps(out, indent=1))
+    run_pilot(jobs, {"max_epochs": 60}, "pilot3", HERE / "pilot_budget3.json")
