@@ -48,6 +48,12 @@ def fake_record(at_2x: float):
         "metrics": {
             s: {"recall_at_1": metric} for s in ("dual_counterfactual", "contrastive", "oracle")
         },
+        "tuning": {
+            "best": {"dual_counterfactual": {"lr": 0.003}},
+            "trials": {
+                "dual_counterfactual": [{"params": {"lr": v}} for v in (0.001, 0.003, 0.01)]
+            },
+        },
         "evidence": {
             "method_by_budget": {"1x": {"recall_at_1": 0.5}, "2x": {"recall_at_1": at_2x}},
             "gradient_share": [
@@ -75,3 +81,15 @@ def test_every_subject_runs_a_distinct_configuration():
     from counterfactual_instruments.claim import SUBJECTS
 
     assert len(set(SUBJECTS.values())) == len(SUBJECTS)
+
+
+def test_the_diagnosis_names_a_rate_tuned_to_its_grid_edge():
+    from counterfactual_instruments.claim import diagnose
+    from papers_eval.diagnosis import validate
+
+    record = fake_record(0.5)
+    record["tuning"]["best"]["dual_counterfactual"]["lr"] = 0.01
+    findings = diagnose(record)
+    assert [f.cause for f in findings] == ["implementation", "idea"]
+    assert "end of its grid" in findings[0].summary
+    validate(findings, record)

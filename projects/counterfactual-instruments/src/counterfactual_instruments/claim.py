@@ -334,7 +334,7 @@ READING = {
 IMPROVES_BY = 0.05  # a metric that moves this much at 2x the epochs counts as still training
 
 
-def diagnose(record: Mapping[str, Any]) -> list:
+def diagnose(record: Mapping[str, Any], spec: ClaimSpec | None = None) -> list:
     """Why a verdict is not held, from the record's numbers (protocol v3).
 
     - a failed precondition or a misbehaving control: ``check`` (the miniature cannot decide);
@@ -342,7 +342,11 @@ def diagnose(record: Mapping[str, Any]) -> list:
       than IMPROVES_BY (in the check's direction) from 1x to 2x the epochs on the first seed
       (undertrained), ``idea`` when it does not and the method's two loss terms both carry at
       least a tenth of the gradient (the mechanism acted, training converged, and it still
-      lost), ``undetermined`` otherwise."""
+      lost), ``undetermined`` otherwise;
+    - a learning rate tuned to an end of its grid (registered or replication seeds): for the
+      method ``implementation`` (it may not have had its best rate), for a reference ``check``
+      (a check against an under-tuned reference is lenient). ``spec`` is unused (the
+      signature papers_eval.rediagnose calls)."""
     from papers_eval.diagnosis import control_findings
 
     if record["verdict"] in ("held", "held, not replicated"):
@@ -368,6 +372,7 @@ def diagnose(record: Mapping[str, Any]) -> list:
                     (f"replication.preconditions.{name}.advantage.estimate", "its advantage"),
                 )
             )
+    findings += tuning_edge_findings(record)
     by_budget = record["evidence"]["method_by_budget"]
     shares = record["evidence"]["gradient_share"]
     least_share = min(t["mean_share"] for seed in shares for t in seed.values())
@@ -400,6 +405,28 @@ def diagnose(record: Mapping[str, Any]) -> list:
     return findings or [
         finding("undetermined", "no failed check or control found", ("wall_time_s", "run time"))
     ]
+
+
+def tuning_edge_findings(record: Mapping[str, Any]) -> list:
+    """A finding for every subject whose tuned learning rate sits on an end of its grid."""
+    findings = []
+    replication = record.get("replication") or {}
+    for where, tuning in (("", record.get("tuning")), ("replication.", replication.get("tuning"))):
+        for subject, trials in ((tuning or {}).get("trials") or {}).items():
+            values = sorted({t["params"]["lr"] for t in trials if "lr" in t["params"]})
+            chosen = tuning["best"].get(subject, {}).get("lr")
+            if len(values) < 3 or chosen not in (values[0], values[-1]):
+                continue
+            seeds = " on the replication seeds" if where else ""
+            findings.append(
+                finding(
+                    "implementation" if subject == METHOD else "check",
+                    f"{subject}'s learning rate was tuned to {chosen}{seeds}, an end of its grid "
+                    f"{values}: the grid must grow before this comparison is final",
+                    (f"{where}tuning.best.{subject}.lr", "the chosen rate"),
+                )
+            )
+    return findings
 
 
 def main() -> None:
