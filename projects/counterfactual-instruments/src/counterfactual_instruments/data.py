@@ -34,6 +34,7 @@ HOW_TO_GET = (
     "and HSC PDR3 under <root>/hsc/ (the healpix=*/ folders of *.hdf5 files as MMU publishes "
     "them; see the project README, 'Paper scale')"
 )
+Band = Literal["u", "g", "r", "i", "z", "y"]  # matched to a file's DES-G, HSC-G, G, ... by letter
 SIM_VERSION = 3  # bump when simulate.py changes what it renders (the cache key)
 
 
@@ -72,8 +73,8 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         n_train: PositiveInt = 1500,
         n_val: PositiveInt = 400,
         n_test: PositiveInt = 600,
-        bands_a: list[str] = ["g", "r", "z"],  # noqa: B006 (jsonargparse reads the default)
-        bands_b: list[str] = ["g", "r", "i", "z", "y"],  # noqa: B006
+        bands_a: list[Band] = ["g", "r", "z"],  # noqa: B006 (jsonargparse reads the default)
+        bands_b: list[Band] = ["g", "r", "i", "z", "y"],  # noqa: B006
         size_a: PositiveInt = 16,
         size_b: PositiveInt = 24,
         flux_scale: PositiveFloat = 10.0,

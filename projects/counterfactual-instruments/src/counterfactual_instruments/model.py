@@ -61,7 +61,7 @@ class CounterfactualInstrumentsModule(LightningModule):
         lr_schedule: Literal["cosine", "constant"] = "cosine",
         lr_decay_steps: NonNegativeInt = 0,
         flow_samples: PositiveInt = 4,
-        flow_channels: list[int] = [32, 64],  # noqa: B006 (jsonargparse reads the default)
+        flow_channels: list[PositiveInt] = [32, 64],  # noqa: B006 (jsonargparse reads the default)
         flow_steps: PositiveInt = 16,
         bands_a: PositiveInt = 3,
         bands_b: PositiveInt = 5,
