@@ -173,3 +173,23 @@ def test_flow_decoder_objective_and_its_noise_are_seeded_by_step():
     assert view.shape == (2, 5, 24, 24)
     with pytest.raises(ValueError, match="no decoder"):
         CounterfactualInstrumentsModule(objective="contrastive", decoder="flow")
+
+
+@pytest.mark.parametrize("decoder", ["deterministic", "flow"])
+def test_render_is_the_decoder_or_the_seeded_mean_of_flow_draws(decoder):
+    """The one renderer behind the counterfactual views and the swap diagnostic: the
+    deterministic decoder's output as is; for the flow decoder the mean of ``flow_samples``
+    draws, the same for the same latents (a seeded generator) and changed by z_s."""
+    model = module("counterfactual", decoder=decoder, flow_samples=2, flow_steps=2).eval()
+    z_p, z_s = torch.randn(3, 16), torch.randn(3, 4)
+    shape = (3, 5, 24, 24)
+    view = model.render("B", z_p, z_s, shape)
+    assert view.shape == shape
+    torch.testing.assert_close(view, model.render("B", z_p, z_s, shape))
+    assert not torch.allclose(view, model.render("B", z_p, z_s + 1.0, shape))
+    if decoder == "deterministic":
+        torch.testing.assert_close(view, model.decoders["B"](z_p, z_s))
+    else:
+        generator = torch.Generator().manual_seed(0)
+        draws = [model.decoders["B"].sample(z_p, z_s, shape, generator) for _ in range(2)]
+        torch.testing.assert_close(view, torch.stack(draws).mean(0))

@@ -144,8 +144,10 @@ def swap_diagnostic(module, data) -> dict[str, float]:
     batch = {k: v for k, v in test.items()}
     z_p = module.intrinsic(batch, "A")
     source = module.instrument_source
-    own = module.decoders["B"](z_p, module.instrument(batch, "B", source)).numpy()
-    swapped = module.decoders["B"](z_p, module.instrument(batch, "B", f"partner_{source}")).numpy()
+    shape = batch["image_B"].shape
+    own = module.render("B", z_p, module.instrument(batch, "B", source), shape).numpy()
+    partner = module.instrument(batch, "B", f"partner_{source}")
+    swapped = module.render("B", z_p, partner, shape).numpy()
     size_own, size_swapped = (hsm_moments(v, HSC_LIKE.pixel_scale)[:, 0] for v in (own, swapped))
     size_truth = hsm_moments(test["truth_B"].numpy(), HSC_LIKE.pixel_scale)[:, 0]
     psf_change = (test["partner_cond_B"][:, 0] - test["cond_B"][:, 0]).numpy()

@@ -188,10 +188,16 @@ class CounterfactualInstrumentsModule(LightningModule):
             return None
         z_p = self.intrinsic(batch, "A")
         z_s = self.instrument(batch, "B", f"partner_{self.instrument_source}")
-        decoder = self.decoders["B"]
+        return self.render("B", z_p, z_s, batch["image_B"].shape)
+
+    @torch.no_grad()
+    def render(self, instrument: str, z_p, z_s, shape) -> torch.Tensor:
+        """``instrument``'s view from the two latents: the deterministic decoder's output, or the
+        mean of ``flow_samples`` Euler draws of the flow decoder (seeded: the same latents give
+        the same view)."""
+        decoder = self.decoders[instrument]
         if self.hparams.decoder == "deterministic":
             return decoder(z_p, z_s)
-        shape = batch["image_B"].shape
         generator = torch.Generator(device=self.device).manual_seed(0)
         draws = [
             decoder.sample(z_p, z_s, shape, generator) for _ in range(self.hparams.flow_samples)
