@@ -31,6 +31,15 @@ def test_train_fast_dev_run_through_the_cli(tiny_args):
     assert cli.trainer.state.finished and cli.trainer.global_step == 1
 
 
+def test_train_with_the_default_logger_merges_module_and_data_hparams(tiny_args, tmp_path):
+    """`uv run train` keeps Lightning's default logger, which merges the module's and the data's
+    hyper-parameters and refuses a key the two hold with different values (the data's band
+    names and the module's band counts once shared a name). The other tests run without it."""
+    cli = train([*tiny_args, "--trainer.logger=true", "--trainer.max_steps=1"])
+    assert cli.trainer.logger is not None and cli.trainer.global_step == 1
+    assert list(Path(cli.trainer.logger.log_dir).glob("hparams.yaml"))
+
+
 def test_same_seed_same_metrics(tiny_args):
     """Same call, same seed and shapes, same machine and thread count: bitwise determinism. Runs
     that differ in batch size, thread or worker count, process count (DDP) or device are compared

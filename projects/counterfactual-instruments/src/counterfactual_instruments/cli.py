@@ -11,8 +11,8 @@ from papers_cli import PapersCLI, cli_main
 class CounterfactualInstrumentsCLI(PapersCLI):
     def add_arguments_to_parser(self, parser) -> None:
         # The stems and heads follow the data's bands and stamp sizes.
-        parser.link_arguments("data.bands_a", "model.bands_a", compute_fn=len)
-        parser.link_arguments("data.bands_b", "model.bands_b", compute_fn=len)
+        parser.link_arguments("data.bands_a", "model.n_bands_a", compute_fn=len)
+        parser.link_arguments("data.bands_b", "model.n_bands_b", compute_fn=len)
         parser.link_arguments("data.size_a", "model.size_a")
         parser.link_arguments("data.size_b", "model.size_b")
 

@@ -44,7 +44,7 @@ INSTRUMENTS = ("A", "B")
 
 
 class CounterfactualInstrumentsModule(LightningModule):
-    """Every hyper-parameter is typed, so a bad value is a parse error. ``bands_*``, ``size_*``,
+    """Every hyper-parameter is typed, so a bad value is a parse error. ``n_bands_*``, ``size_*``,
     ``n_params`` and ``n_conditions`` are linked from the data."""
 
     def __init__(
@@ -63,8 +63,8 @@ class CounterfactualInstrumentsModule(LightningModule):
         flow_samples: PositiveInt = 4,
         flow_channels: list[PositiveInt] = [32, 64],  # noqa: B006 (jsonargparse reads the default)
         flow_steps: PositiveInt = 16,
-        bands_a: PositiveInt = 3,
-        bands_b: PositiveInt = 5,
+        n_bands_a: PositiveInt = 3,
+        n_bands_b: PositiveInt = 5,
         size_a: PositiveInt = 16,
         size_b: PositiveInt = 24,
         n_params: PositiveInt = 6,
@@ -76,7 +76,7 @@ class CounterfactualInstrumentsModule(LightningModule):
         self.save_hyperparameters(init_arguments(locals()))
         if decoder == "flow" and objective == "contrastive":
             raise ValueError("the contrastive baseline has no decoder: drop --model.decoder=flow")
-        bands = {"A": bands_a, "B": bands_b}
+        bands = {"A": n_bands_a, "B": n_bands_b}
         sizes = {"A": size_a, "B": size_b}
         if objective in DUAL:
             self.encoder = Encoder(bands, intrinsic_dim, width)
