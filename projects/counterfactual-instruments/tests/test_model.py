@@ -193,3 +193,73 @@ def test_render_is_the_decoder_or_the_seeded_mean_of_flow_draws(decoder):
         generator = torch.Generator().manual_seed(0)
         draws = [model.decoders["B"].sample(z_p, z_s, shape, generator) for _ in range(2)]
         torch.testing.assert_close(view, torch.stack(draws).mean(0))
+
+
+def capture_logs(model) -> dict:
+    logged = {}
+    model.log = lambda name, value, **kwargs: logged.__setitem__(name, float(value))
+    return logged
+
+
+def test_steps_log_the_objective_and_the_views_chi2_by_value():
+    """training_step returns (and validation/test log) the sum of the objective's terms;
+    test_step also logs the counterfactual view's chi2 (eq. 2) against the noise-free truth."""
+    model = module("counterfactual").eval()
+    batch = make_batch(n=3)
+    g = torch.Generator().manual_seed(5)
+    batch["truth_B"] = torch.randn(3, 5, 24, 24, generator=g)
+    batch["partner_ivar_B"] = torch.rand(3, 5, 24, 24, generator=g) + 0.5
+    total = float(sum(model.objective_terms(batch).values()))
+    logged = capture_logs(model)
+    assert float(model.training_step(batch, 0)) == pytest.approx(total, rel=1e-6)
+    assert set(model.loss_terms) == {"counterfactual", "self"}
+    model.validation_step(batch, 0)
+    model.test_step(batch, 0)
+    view = model.counterfactual_view(batch)
+    chi2 = chi2_loss(view, batch["truth_B"], batch["partner_ivar_B"])
+    assert logged["train/loss"] == logged["val/loss"] == logged["test/loss"] == pytest.approx(total)
+    assert logged["test/counterfactual_chi2"] == pytest.approx(float(chi2), rel=1e-6)
+
+
+def test_test_epoch_end_logs_each_metrics_finite_mean(monkeypatch):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from counterfactual_instruments import evaluation
+
+    model = module("counterfactual")
+    metrics = {"psf_r2": np.array([0.2, np.nan, 0.4]), "recall_at_1": np.array([np.nan])}
+    monkeypatch.setattr(evaluation, "evaluate", lambda m, d: metrics)
+    stub = SimpleNamespace(datamodule=object(), world_size=1)
+    monkeypatch.setattr(type(model), "trainer", property(lambda self: stub))
+    logged = capture_logs(model)
+    model.on_test_epoch_end()
+    assert logged["test/psf_r2"] == pytest.approx(0.3)
+    assert np.isnan(logged["test/recall_at_1"])
+    stub.world_size = 2  # probes need the whole training split in one process
+    logged.clear()
+    model.on_test_epoch_end()
+    assert logged == {}
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "constant"])
+def test_optimizer_is_adamw_with_a_cosine_decay_to_zero_per_step(schedule):
+    model = module(
+        "counterfactual", lr=0.01, weight_decay=0.1, lr_schedule=schedule, lr_decay_steps=10
+    )
+    config = model.configure_optimizers()
+    optimizer = config if schedule == "constant" else config["optimizer"]
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.param_groups[0]["weight_decay"] == 0.1
+    assert optimizer.param_groups[0]["lr"] == 0.01
+    if schedule == "constant":
+        return
+    assert config["lr_scheduler"]["interval"] == "step"
+    scheduler = config["lr_scheduler"]["scheduler"]
+    rates = []
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    assert rates[4] == pytest.approx(0.005) and rates[-1] == pytest.approx(0.0, abs=1e-12)
