@@ -116,3 +116,11 @@ def test_flow_decoder_trains_and_samples_in_the_instrument_format():
     assert loss.item() > 0 and flow.condition.weight.grad.abs().sum() > 0  # the condition acts
     draw = flow.sample(z_p, z_s, (2, 3, 16, 16), torch.Generator().manual_seed(2))
     assert draw.shape == (2, 3, 16, 16) and torch.isfinite(draw).all()
+
+
+def test_flow_decoder_without_an_instrument_latent():
+    """Translation and the autoencoder have no z_s: the flow's condition is z_p alone."""
+    torch.manual_seed(0)
+    flow = FlowDecoder(bands=2, size=8, latent_dim=4, condition_dim=0, channels=(8, 16))
+    velocity = flow.velocity(torch.randn(2, 2, 8, 8), torch.rand(2), torch.randn(2, 4))
+    assert velocity.shape == (2, 2, 8, 8)

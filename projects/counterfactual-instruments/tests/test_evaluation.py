@@ -134,3 +134,33 @@ def test_evaluate_reads_each_metric_from_its_latent_and_target(monkeypatch):
     assert metrics["counterfactual_shape_error"].max() < 0.02
     assert metrics["observed_size_psf_corr"] > 0.9
     assert all(len(np.atleast_1d(v)) in (1, 60) for v in metrics.values())
+
+
+def diagonal(sigma_px=2.5, stretch=0.3, size=24):
+    """A Gaussian elongated along the x = y diagonal: its shear is in g2 (g1 = 0)."""
+    y, x = np.mgrid[:size, :size] - (size - 1) / 2
+    u, v = (x + y) / np.sqrt(2), (x - y) / np.sqrt(2)
+    return np.exp(-(((1 - stretch) * u) ** 2 + v**2) / (2 * sigma_px**2))
+
+
+def test_shape_error_is_the_distance_between_both_shear_components():
+    """A view sheared along one diagonal against a truth sheared along the other (g2 -> -g2),
+    and one sheared in g1 against its transpose (g1 -> -g1): the error is |g_pred - g_true|
+    with g = (g1, g2), by value from the two measurements."""
+    views = np.stack([diagonal(), gaussian(2.5, g1=0.3)])[:, None].repeat(5, 1)
+    truths = np.stack([np.fliplr(diagonal()), gaussian(2.5, g1=0.3).T])[:, None].repeat(5, 1)
+    p, t = hsm_moments(views, 0.168), hsm_moments(truths, 0.168)
+    assert abs(p[0, 2]) > 0.05 and abs(p[0, 1]) < 0.01  # the first pair lives in g2
+    assert abs(p[1, 1]) > 0.05 and abs(p[1, 2]) < 0.01  # the second in g1
+    np.testing.assert_allclose(t[:, 1:], -p[:, 1:], atol=0.01)  # each truth the mirror shear
+    _, shape = shape_errors(views, truths)
+    np.testing.assert_allclose(shape, [2 * abs(p[0, 2]), 2 * abs(p[1, 1])], rtol=0.02)
+
+
+def test_wild_and_failed_measurements_count_as_the_cap():
+    wide = gaussian(7.0)[None, None].repeat(5, 1)  # 3.5x the truth's size: a 250% error
+    truth = gaussian(2.0)[None, None].repeat(5, 1)
+    size, shape = shape_errors(wide, truth)
+    assert size[0] == SIZE_ERROR_CAP and 0 <= shape[0] < SIZE_ERROR_CAP
+    failed_size, failed_shape = shape_errors(np.zeros((1, 5, 24, 24)), truth)
+    assert failed_size[0] == failed_shape[0] == SIZE_ERROR_CAP
