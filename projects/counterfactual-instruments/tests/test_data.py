@@ -2,7 +2,11 @@ import h5py
 import numpy as np
 import pytest
 
-from counterfactual_instruments.data import CounterfactualInstrumentsDataModule, derangement
+from counterfactual_instruments.data import (
+    CounterfactualInstrumentsDataModule,
+    derangement,
+    probe_target_count,
+)
 from counterfactual_instruments.evaluation import hsm_moments
 from counterfactual_instruments.mmu import (
     MMUFormatError,
@@ -248,3 +252,51 @@ def test_star_neighbours_show_the_psf_itself():
     assert 2.355 * sigma == pytest.approx(sim["cond_A"][0, 0], rel=0.15)
     with pytest.raises(ValueError, match="star"):
         simulate_pairs(2, seed=0, neighbour="planet")
+
+
+def test_catalogue_columns_become_the_probes_targets_on_real_data(mmu_root):
+    """Probes of real catalogue quantities: --data.probe_variables names Legacy columns; they
+    become ``params`` of the paired objects (standardised on train like the miniature's), a pair
+    with a non-finite value is dropped, an absent column is a clear error."""
+    legacy = next((mmu_root / "legacysurvey").rglob("*.hdf5"))
+    with h5py.File(legacy, "r+") as f:
+        f["SHAPE_R"] = np.array([1.0, np.nan, 3.0, 4.0])
+        f["FLUX_R"] = np.array([10.0, 20.0, 30.0, 40.0], np.float32)
+    pairs = load_pairs(mmu_root, ["g"], ["g"], 16, 24, targets=["SHAPE_R", "FLUX_R"])
+    np.testing.assert_array_equal(pairs["object_id_A"], [100, 102])  # 101's SHAPE_R is NaN
+    np.testing.assert_array_equal(pairs["params"], [[1.0, 10.0], [3.0, 30.0]])
+    assert len(pairs["image_B"]) == len(pairs["neighbour_A"]) == 2
+    with pytest.raises(MMUFormatError, match="Z_SPEC"):
+        load_pairs(mmu_root, ["g"], ["g"], 16, 24, targets=["Z_SPEC"])
+    data = CounterfactualInstrumentsDataModule(
+        root=str(mmu_root),
+        n_train=1,
+        n_val=1,
+        n_test=1,
+        bands_a=["g"],
+        bands_b=["g"],
+        probe_variables=["FLUX_R"],
+    )
+    data.setup()
+    assert data.n_params == 1 and probe_target_count([]) == 6
+    assert data.test_set[0]["params"].shape == (1,)
+    assert data.train_set[0]["params"].item() == pytest.approx(0.0)  # standardised on train
+    miniature = CounterfactualInstrumentsDataModule(probe_variables=["FLUX_R"])
+    with pytest.raises(ConfigError, match="real data"):
+        miniature.setup()
+
+
+def test_the_cli_sizes_the_oracle_by_the_catalogue_columns(mmu_root, tiny_args):
+    """The module's n_params follows --data.probe_variables (the oracle's z_p is the targets)."""
+    from counterfactual_instruments.cli import train
+
+    legacy = next((mmu_root / "legacysurvey").rglob("*.hdf5"))
+    with h5py.File(legacy, "r+") as f:
+        f["FLUX_R"] = np.array([10.0, 20.0, 30.0, 40.0], np.float32)
+    sizes = [a for a in tiny_args if not a.startswith(("--data.n_", "--data.batch"))]
+    cli = train(
+        [*sizes, f"--data.root={mmu_root}", "--data.n_train=1", "--data.n_val=1",
+         "--data.n_test=1", "--data.batch_size=1", "--data.probe_variables=[FLUX_R]",
+         "--model.objective=oracle", "--trainer.max_steps=1"]
+    )  # fmt: skip
+    assert cli.model.hparams.n_params == 1 and cli.trainer.global_step == 1

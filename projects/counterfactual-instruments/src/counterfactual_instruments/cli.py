@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from counterfactual_instruments.data import CounterfactualInstrumentsDataModule
+from counterfactual_instruments.data import (
+    CounterfactualInstrumentsDataModule,
+    probe_target_count,
+)
 from counterfactual_instruments.model import CounterfactualInstrumentsModule
 from papers_cli import PapersCLI, cli_main
 
@@ -15,6 +18,10 @@ class CounterfactualInstrumentsCLI(PapersCLI):
         parser.link_arguments("data.bands_b", "model.n_bands_b", compute_fn=len)
         parser.link_arguments("data.size_a", "model.size_a")
         parser.link_arguments("data.size_b", "model.size_b")
+        # Real data's probe targets are the catalogue columns --data.probe_variables names.
+        parser.link_arguments(
+            "data.probe_variables", "model.n_params", compute_fn=probe_target_count
+        )
 
 
 def train(args: list[str] | None = None) -> PapersCLI:

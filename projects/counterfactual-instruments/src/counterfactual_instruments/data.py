@@ -81,13 +81,14 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         match_radius_arcsec: PositiveFloat = 1.0,
         neighbour: Literal["star", "galaxy"] = "star",
         shuffle_pairs: bool = False,
+        probe_variables: list[str] = [],  # noqa: B006 (jsonargparse reads the default)
         batch_size: PositiveInt = 64,
         num_workers: NonNegativeInt = 0,
         seed: NonNegativeInt | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.n_params = len(PARAMS)
+        self.n_params = probe_target_count(probe_variables)
 
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
@@ -96,11 +97,22 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
         if h.root is not None:
             folder = resolve_data_root(h.root, "counterfactual-instruments", [], HOW_TO_GET)
             arrays = load_pairs(
-                folder, h.bands_a, h.bands_b, h.size_a, h.size_b, h.match_radius_arcsec
+                folder,
+                h.bands_a,
+                h.bands_b,
+                h.size_a,
+                h.size_b,
+                h.match_radius_arcsec,
+                h.probe_variables,
             )
             for x in ("A", "B"):
                 arrays[f"cond_{x}"] = np.nan_to_num(arrays[f"cond_{x}"])
         else:
+            if h.probe_variables:
+                raise ConfigError(
+                    "--data.probe_variables names catalogue columns of real data (--data.root); "
+                    f"the miniature's probe targets are its simulator parameters {list(PARAMS)}"
+                )
             self._check_miniature_shape()
             config = {"n": n, "seed": seed, "n_truth": h.n_test, "version": SIM_VERSION}
             config["neighbour"] = h.neighbour
@@ -186,6 +198,12 @@ class CounterfactualInstrumentsDataModule(LightningDataModule):
             sampler=sampler,
             num_workers=self.hparams.num_workers,
         )
+
+
+def probe_target_count(targets: list[str]) -> int:
+    """How many quantities the probes (and the oracle's intrinsic latent) hold: the catalogue
+    columns named for real data, else the miniature's simulator parameters."""
+    return len(targets) if targets else len(PARAMS)
 
 
 def standardise(values: np.ndarray, n_train: int) -> np.ndarray:

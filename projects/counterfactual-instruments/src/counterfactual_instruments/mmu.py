@@ -14,6 +14,7 @@ analogue of the miniature's star in the same exposure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,18 +37,21 @@ class MMUFormatError(ValueError):
     user_facing = True
 
 
-def read_survey(folder: str | Path, bands: list[str], size: int) -> dict[str, np.ndarray]:
+def read_survey(
+    folder: str | Path, bands: list[str], size: int, columns: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
     """Every ``*.hdf5`` under ``folder`` (recursively), the requested bands in that order,
     centre-cropped to ``size`` pixels; NaN or infinite flux and zero inverse variance count
-    as masked. Returns ra, dec, object_id, image, ivar, mask (True = usable) and cond [N, 2]
-    (mean PSF FWHM over the bands, median noise sigma over usable pixels)."""
+    as masked. Returns ra, dec, object_id, image, ivar, mask (True = usable), cond [N, 2]
+    (mean PSF FWHM over the bands, median noise sigma over usable pixels) and, when
+    ``columns`` names catalogue columns of the same files, catalogue [N, len(columns)]."""
     import h5py
 
     files = sorted(Path(folder).rglob("*.hdf5"))
     if not files:
         raise MMUFormatError(f"no *.hdf5 files under {folder}")
     parts: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("ra", "dec", "object_id", "image", "ivar", "mask", "psf")
+        k: [] for k in ("ra", "dec", "object_id", "image", "ivar", "mask", "psf", "catalogue")
     }
     for path in files:
         with h5py.File(path, "r") as f:
@@ -80,6 +84,17 @@ def read_survey(folder: str | Path, bands: list[str], size: int) -> dict[str, np
             parts["ra"].append(f["ra"][:].astype(np.float64))
             parts["dec"].append(f["dec"][:].astype(np.float64))
             parts["object_id"].append(f["object_id"][:].astype(np.int64))
+            absent = [c for c in columns if c not in f]
+            if absent:
+                raise MMUFormatError(
+                    f"{path} lacks the catalogue columns {absent} asked for as probe targets "
+                    f"(it has {sorted(k for k in f if not k.startswith('image_'))})"
+                )
+            parts["catalogue"].append(
+                np.stack([f[c][:].astype(np.float64) for c in columns], 1)
+                if columns
+                else np.zeros((len(index), 0))
+            )
         image, ivar, bad = (centre_crop(a, size) for a in (image, ivar, bad))
         bad |= ~np.isfinite(image) | ~np.isfinite(ivar) | (ivar <= 0)
         parts["image"].append(np.where(bad, 0.0, image).astype(np.float32))
@@ -176,10 +191,13 @@ def load_pairs(
     size_a: int,
     size_b: int,
     radius_arcsec: float = 1.0,
+    targets: Sequence[str] = (),
 ) -> dict[str, np.ndarray]:
     """``<root>/legacysurvey`` (instrument A) and ``<root>/hsc`` (instrument B) -> the arrays
-    the DataModule trains on: image_X, ivar_X, mask_X, cond_X, neighbour_X for X in A, B."""
-    a = read_survey(Path(root) / "legacysurvey", bands_a, size_a)
+    the DataModule trains on: image_X, ivar_X, mask_X, cond_X, neighbour_X for X in A, B, and,
+    when ``targets`` names Legacy catalogue columns, ``params`` (the probes' targets on real
+    data; pairs whose targets are not all finite are dropped)."""
+    a = read_survey(Path(root) / "legacysurvey", bands_a, size_a, targets)
     b = read_survey(Path(root) / "hsc", bands_b, size_b)
     ia, ib = cross_match(a["ra"], a["dec"], b["ra"], b["dec"], radius_arcsec)
     if len(ia) == 0:
@@ -198,4 +216,11 @@ def load_pairs(
         out[f"mask_{name}"] = survey["mask"][idx]
         out[f"cond_{name}"] = survey["cond"][idx].astype(np.float32)
         out[f"neighbour_{name}"] = survey["image"][neighbour]
+    if targets:
+        params = a["catalogue"][ia]
+        keep = np.isfinite(params).all(1)
+        if not keep.any():
+            raise MMUFormatError(f"no pair has finite values of every target column {targets}")
+        out = {k: v[keep] for k, v in out.items()}
+        out["params"] = params[keep].astype(np.float32)
     return out
