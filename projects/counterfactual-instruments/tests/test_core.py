@@ -58,10 +58,11 @@ def test_info_nce_matches_a_hand_computation():
 
 
 def test_flow_matching_pair_interpolates_and_targets_the_difference():
-    clean, noise = torch.full((2, 1, 2, 2), 3.0), torch.full((2, 1, 2, 2), -1.0)
+    # noise -2, not -1: at -1, (1 - t) / noise equals (1 - t) * noise and hides a wrong operator
+    clean, noise = torch.full((2, 1, 2, 2), 3.0), torch.full((2, 1, 2, 2), -2.0)
     x_t, target = flow_matching_pair(clean, noise, torch.tensor([0.0, 0.25]))
     assert torch.equal(x_t[0], noise[0])
-    torch.testing.assert_close(x_t[1], torch.full((1, 2, 2), 0.75 * -1.0 + 0.25 * 3.0))
+    torch.testing.assert_close(x_t[1], torch.full((1, 2, 2), 0.75 * -2.0 + 0.25 * 3.0))
     assert torch.equal(target, clean - noise)
     x_1, _ = flow_matching_pair(clean, noise, torch.ones(2))
     assert torch.equal(x_1, clean)
