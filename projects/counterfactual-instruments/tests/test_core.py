@@ -2,10 +2,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from counterfactual_instruments.core import (
     Decoder,
     Encoder,
+    FiLMBlock,
     FlowDecoder,
     chi2_loss,
     chi2_per_pixel,
@@ -125,3 +127,40 @@ def test_flow_decoder_without_an_instrument_latent():
     flow = FlowDecoder(bands=2, size=8, latent_dim=4, condition_dim=0, channels=(8, 16))
     velocity = flow.velocity(torch.randn(2, 2, 8, 8), torch.rand(2), torch.randn(2, 4))
     assert velocity.shape == (2, 2, 8, 8)
+
+
+def test_chi2_is_per_item_with_each_items_own_unmasked_count():
+    """Two items in one batch, one with a single unmasked pixel: each item's sum over its own
+    pixels divided by its own count of unmasked pixels (eq. 2)."""
+    prediction, target = torch.zeros(2, 1, 2, 2), torch.zeros(2, 1, 2, 2)
+    target[0] = 1.0
+    target[1] = 2.0
+    mask = torch.ones(2, 1, 2, 2)
+    mask[0].view(-1)[1:] = 0.0  # item 0: one pixel counts
+    chi2 = chi2_per_pixel(prediction, target, torch.ones_like(target), mask)
+    torch.testing.assert_close(chi2, torch.tensor([1.0 / 1, 4.0 * 4 / 4]))
+
+
+def test_film_modulates_by_one_plus_gamma_and_shifts_by_beta():
+    """FiLM (h * (1 + gamma) + beta, then GELU) with the linear map fixed by hand."""
+    block = FiLMBlock(width=2, condition_dim=1)
+    with torch.no_grad():
+        block.conv.weight.zero_()
+        block.conv.weight[0, 0, 1, 1] = block.conv.weight[1, 1, 1, 1] = 1.0  # identity conv
+        block.conv.bias.zero_()
+        block.film.weight.copy_(torch.tensor([[0.5], [-0.5], [2.0], [1.0]]))  # gamma, beta
+        block.film.bias.zero_()
+    h = torch.ones(1, 2, 1, 1)
+    out = block(h, torch.ones(1, 1))  # gamma (0.5, -0.5), beta (2, 1)
+    expected = F.gelu(torch.tensor([1.5 + 2.0, 0.5 + 1.0]))
+    torch.testing.assert_close(out[0, :, 0, 0], expected)
+    assert out.shape == (1, 2, 2, 2)  # upsampled x2
+    decoder = Decoder(bands=2, size=8, latent_dim=3, condition_dim=2, width=4)
+    assert all(block.film is not None for block in decoder.blocks)  # z_s conditions each block
+
+
+def test_a_decoder_without_an_instrument_latent():
+    torch.manual_seed(0)
+    decoder = Decoder(bands=2, size=8, latent_dim=3, condition_dim=0, width=4)
+    assert all(block.film is None for block in decoder.blocks)
+    assert decoder(torch.randn(5, 3)).shape == (5, 2, 8, 8)
