@@ -4,7 +4,7 @@ terms by value, and that a few steps lower the loss."""
 import pytest
 import torch
 
-from counterfactual_instruments.core import chi2_loss
+from counterfactual_instruments.core import chi2_loss, info_nce
 from counterfactual_instruments.model import CounterfactualInstrumentsModule
 
 
@@ -56,8 +56,31 @@ def test_the_targets_own_view_never_reaches_the_instrument_encoder():
     assert leaky == {"image_A", "image_B"}
 
 
+def amplified(model):
+    """At initialisation the encoders give almost the same latent for every view and the
+    decoders' outputs are tiny beside the unit-variance test images, so chi2 barely depends on
+    which latents feed which decoder (a term built from the wrong view passed a by-value check
+    within its tolerance). Spread the latents (a fixed offset per instrument, encoder and item,
+    the same on every call) and scale the output layers up."""
+
+    def spread(salt):
+        def hook(encoder, args, out):
+            seed = 1000 * salt + "AB".index(args[1]) * 100 + out.shape[0]
+            return out + 3.0 * torch.randn(out.shape, generator=torch.Generator().manual_seed(seed))
+
+        return hook
+
+    for salt, encoder in enumerate((model.encoder, model.instrument_encoder)):
+        if encoder is not None:
+            encoder.register_forward_hook(spread(salt))
+    with torch.no_grad():
+        for decoder in (model.decoders or {}).values():
+            decoder.out.weight.mul_(30.0)
+    return model
+
+
 def test_counterfactual_terms_by_value():
-    model = module("counterfactual", self_weight=0.5)
+    model = amplified(module("counterfactual", self_weight=0.5))
     batch = make_batch()
     terms = model.objective_terms(batch)
     e, s, d = model.encoder, model.instrument_encoder, model.decoders
@@ -71,6 +94,13 @@ def test_counterfactual_terms_by_value():
     own = chi2("B", d["B"](zp_b, zs_b)) + chi2("A", d["A"](zp_a, zs_a))
     torch.testing.assert_close(terms["counterfactual"], cross)
     torch.testing.assert_close(terms["self"], 0.5 * own)
+    # the check can tell the views apart: each latent swapped gives another value
+    for wrong in (
+        chi2("B", d["B"](zp_b, zs_b)) + chi2("A", d["A"](zp_b, zs_a)),
+        chi2("B", d["B"](zp_a, zs_a * 0 + zs_b.flip(0))) + chi2("A", d["A"](zp_b, zs_a)),
+        chi2("B", d["B"](zp_a, zs_b)) + chi2("A", d["A"](zp_b, zs_b * 0 + zs_a.flip(0))),
+    ):
+        assert not torch.isclose(terms["counterfactual"], wrong, rtol=1e-3)
     assert "self" not in module("counterfactual", self_weight=0.0).objective_terms(batch)
 
 
@@ -80,19 +110,19 @@ def test_baseline_objectives_by_value():
     def chi2(x, pred):
         return chi2_loss(pred, batch[f"image_{x}"], batch[f"ivar_{x}"], batch[f"mask_{x}"])
 
-    ae = module("autoencoder")
+    ae = amplified(module("autoencoder"))
     z_a, z_b = ae.encoder(batch["image_A"], "A"), ae.encoder(batch["image_B"], "B")
     torch.testing.assert_close(
         ae.objective_terms(batch)["self"],
         chi2("A", ae.decoders["A"](z_a)) + chi2("B", ae.decoders["B"](z_b)),
     )
-    tr = module("translation")
+    tr = amplified(module("translation"))
     z_a, z_b = tr.encoder(batch["image_A"], "A"), tr.encoder(batch["image_B"], "B")
     torch.testing.assert_close(
         tr.objective_terms(batch)["translation"],
         chi2("B", tr.decoders["B"](z_a)) + chi2("A", tr.decoders["A"](z_b)),
     )
-    sr = module("self_reconstruction")
+    sr = amplified(module("self_reconstruction"))
     zp = {x: sr.encoder(batch[f"image_{x}"], x) for x in "AB"}
     zs = {x: sr.instrument_encoder(batch[f"image_{x}"], x) for x in "AB"}
     torch.testing.assert_close(
@@ -100,7 +130,24 @@ def test_baseline_objectives_by_value():
         chi2("A", sr.decoders["A"](zp["A"], zs["A"]))
         + chi2("B", sr.decoders["B"](zp["B"], zs["B"])),
     )
+    assert not torch.isclose(  # translation's terms cross the instruments
+        tr.objective_terms(batch)["translation"],
+        chi2("A", tr.decoders["A"](z_a)) + chi2("B", tr.decoders["B"](z_b)),
+        rtol=1e-3,
+    )
+    assert not torch.isclose(  # the self-reconstruction reads each view's own z_s
+        sr.objective_terms(batch)["self"],
+        chi2("A", sr.decoders["A"](zp["A"], zs["A"]))
+        + chi2("B", sr.decoders["B"](zp["B"], zs["A"].flip(0))),
+        rtol=1e-3,
+    )
     assert ae.encoder.trunk[-1].out_features == 16 + 4  # as wide as the dual encoder's two latents
+    contrastive = amplified(module("contrastive", temperature=0.2))
+    z_a, z_b = (contrastive.encoder(batch[f"image_{x}"], x) for x in "AB")
+    torch.testing.assert_close(
+        contrastive.objective_terms(batch)["info_nce"], info_nce(z_a, z_b, 0.2)
+    )
+    assert not torch.isclose(info_nce(z_a, z_b, 0.2), info_nce(z_a, z_a, 0.2), rtol=1e-3)
 
 
 def test_the_oracle_decodes_the_true_parameters_and_condition():
