@@ -1,0 +1,1 @@
+"""TC-WM: task-centric world models from visual foundations."""
