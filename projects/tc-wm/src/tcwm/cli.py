@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+from papers_cli import PapersCLI, cli_main
 from tcwm.data import TcwmDataModule
 from tcwm.model import TcwmModule
-from papers_cli import PapersCLI, cli_main
+
+# The model's sizes are the data's (an embedding, state or action size other than the data's
+# cannot be configured by mistake): read from the DataModule once it has loaded its arrays.
+LINKED_SIZES = ("embed_dim", "n_tokens", "state_dim", "align_dim", "action_dim")
 
 
 class TcwmCLI(PapersCLI):
     def add_arguments_to_parser(self, parser) -> None:
-        parser.link_arguments("data.in_features", "model.in_features")
+        parser.link_arguments("data.history", "model.history")
+        for size in LINKED_SIZES:
+            parser.link_arguments(f"data.{size}", f"model.{size}", apply_on="instantiate")
 
 
 def train(args: list[str] | None = None) -> PapersCLI:

@@ -1,51 +1,208 @@
-"""LightningModule: wiring only (losses from core, optimizer, logging)."""
+"""LightningModule: TC-WM and the models compared with it, one class, wiring only.
+
+``representation`` picks the state space the dynamics and the planner work in:
+
+- ``tcwm`` (the method): z = W e per patch (``projection``: learned, or the ablations' random /
+  PCA maps), the first ``aligned_dims`` channels aligned with the state by InfoNCE
+  (``align_weight``; 0 is the no-alignment ablation, ``align_shuffle`` the negative control that
+  aligns against shuffled states), the embedding reconstructed from z (``recon_weight``; 0 is the
+  no-reconstruction ablation), dynamics in z; eq. 1 of ``tcwm.core``;
+- ``embedding`` (DINO-WM): dynamics and planning cost on the full frozen patch embeddings, with
+  proprio tokens (``proprio_weight`` > 0: the state enters and leaves as one token, as DINO-WM's
+  proprio encoder);
+- ``state`` (the positive control, an oracle): dynamics on the true state, the same planner.
+
+``dynamics="persistence"`` (a negative control) copies the latent forward: no learned dynamics.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
 import torch
-from jsonargparse.typing import PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule
+from torch import nn
 
-from tcwm.core import make_regressor, regression_loss
+from papers_cli import ConfigError
 from papers_cli.hparams import init_arguments
+from tcwm.core import (
+    LinearProjection,
+    Predictor,
+    StatePredictor,
+    aligned_summary,
+    dynamics_loss,
+    info_nce,
+    latent_cost,
+    reconstruction_loss,
+)
 
 
 class TcwmModule(LightningModule):
-    """The example regressor. Every hyper-parameter is typed, so a bad value is a parse error."""
+    """A world model over frozen embeddings (or states) trained on reward-free windows."""
 
     def __init__(
         self,
-        in_features: PositiveInt = 8,
-        hidden: PositiveInt = 32,
-        activation: Literal["gelu", "relu", "tanh"] = "gelu",
-        lr: PositiveFloat = 1e-2,
+        embed_dim: PositiveInt = 384,
+        n_tokens: PositiveInt = 1,
+        state_dim: PositiveInt = 4,
+        align_dim: PositiveInt = 4,
+        action_dim: PositiveInt = 2,
+        history: PositiveInt = 1,
+        representation: Literal["tcwm", "embedding", "state"] = "tcwm",
+        latent_dim: PositiveInt = 16,
+        aligned_dims: PositiveInt = 4,
+        projection: Literal["learned", "random", "pca"] = "learned",
+        align_weight: NonNegativeFloat = 1.0,
+        recon_weight: NonNegativeFloat = 1.0,
+        temperature: PositiveFloat = 0.1,
+        critic: Literal["neg_sq_dist", "dot"] = "neg_sq_dist",
+        align_shuffle: bool = False,
+        stop_gradient: bool = True,
+        dynamics: Literal["learned", "persistence"] = "learned",
+        proprio_weight: NonNegativeFloat = 0.0,
+        context_weight: NonNegativeFloat = 0.0,
+        state_cost_dims: PositiveInt = 2,
+        width: PositiveInt = 64,
+        layers: PositiveInt = 2,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 1e-4,
+        shuffle_seed: NonNegativeInt = 0,
     ) -> None:
         super().__init__()
         # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
-        # in a trampoline, and Lightning would read the wrapper's frame and store nothing
-        # (papers_cli.hparams; builtin types, so weights_only checkpoint loading accepts them).
+        # in a trampoline (papers_cli.hparams; builtin types for weights_only checkpoints).
         self.save_hyperparameters(init_arguments(locals()))
-        self.net = make_regressor(in_features, hidden, activation)
+        if representation == "tcwm":
+            if latent_dim > embed_dim:
+                raise ConfigError(
+                    f"model.latent_dim={latent_dim} exceeds the embedding width {embed_dim}"
+                )
+            if aligned_dims > latent_dim:
+                raise ConfigError(
+                    f"model.aligned_dims={aligned_dims} exceeds model.latent_dim={latent_dim}: "
+                    "the aligned subspace is part of the latent"
+                )
+            self.projection = LinearProjection(embed_dim, latent_dim, projection)
+            self.decoder = nn.Linear(latent_dim, embed_dim)  # R: linear [G]
+            self.state_encoder = nn.Linear(align_dim, aligned_dims)  # g: linear critic map [R]
+            dim = latent_dim
+        else:
+            dim = embed_dim
+        proprio = state_dim if representation == "embedding" and proprio_weight > 0 else 0
+        if representation == "state":
+            self.predictor = StatePredictor(state_dim, action_dim, history, width)
+        else:
+            self.predictor = Predictor(
+                dim, n_tokens, action_dim, history, width, layers, proprio_dim=proprio
+            )
+        self.shuffle = torch.Generator().manual_seed(shuffle_seed)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x).squeeze(-1)
+    # ------------------------------------------------------------------ the model's spaces
+    def encode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Frozen tokens [..., P, D] -> the latent the dynamics run in."""
+        if self.hparams.representation == "tcwm":
+            return self.projection(tokens)
+        return tokens
+
+    def observation(self, tokens, states):
+        """The model's state of one observation: (latent, proprio) for the embedding models,
+        the true state for the oracle."""
+        if self.hparams.representation == "state":
+            return states, None
+        proprio = states if self.hparams.proprio_weight and self.hparams.representation == "embedding" else None
+        return self.encode(tokens), proprio
+
+    def step(self, hist, action, proprio_hist=None):
+        """One step of the dynamics from ``hist`` [B, h, ...] and action [B, A]."""
+        if self.hparams.dynamics == "persistence":
+            return hist[:, -1], None if proprio_hist is None else proprio_hist[:, -1]
+        if self.hparams.representation == "state":
+            return self.predictor(hist, action), None
+        return self.predictor(hist, action, proprio_hist)
+
+    def rollout(self, hist, actions, proprio_hist=None):
+        """Open-loop predictions for an action sequence [B, H, A]: a list of H (latent, proprio)."""
+        out = []
+        for k in range(actions.shape[1]):
+            latent, proprio = self.step(hist, actions[:, k], proprio_hist)
+            out.append((latent, proprio))
+            hist = torch.cat([hist[:, 1:], latent[:, None]], 1)
+            if proprio_hist is not None:
+                proprio_hist = torch.cat([proprio_hist[:, 1:], proprio[:, None]], 1)
+        return out
+
+    def plan_cost(self, latent, goal, proprio=None, goal_proprio=None) -> torch.Tensor:
+        """Planning cost of predicted final latents [N, ...] against the goal's."""
+        h = self.hparams
+        if h.representation == "state":
+            dims = h.state_cost_dims
+            return (latent[..., :dims] - goal[..., :dims]).pow(2).sum(-1)
+        if h.representation == "tcwm":
+            return latent_cost(latent, goal, h.aligned_dims, h.context_weight)
+        cost = latent_cost(latent, goal)
+        if proprio is not None:
+            cost = cost + h.proprio_weight * (proprio - goal_proprio).pow(2).mean(-1)
+        return cost
+
+    # ------------------------------------------------------------------ training
+    def losses(self, batch) -> dict[str, torch.Tensor]:
+        """Eq. 1's terms on a batch of windows (tokens [B, h+1, P, D], ...)."""
+        h = self.hparams
+        n = h.history
+        action = batch["actions"][:, n - 1]  # a_t moves frame t (the last history frame) to t+1
+        states = batch["states"]
+        if h.representation == "state":
+            predicted = self.predictor(states[:, :n], action)
+            return {"dyn": dynamics_loss(predicted, states[:, n])}
+        tokens = batch["tokens"]
+        z = self.encode(tokens)
+        proprio_hist = states[:, :n] if self.predictor.proprio_dim else None
+        predicted, proprio = self.predictor(z[:, :n], action, proprio_hist)
+        terms = {"dyn": dynamics_loss(predicted, z[:, n], h.stop_gradient)}
+        if proprio is not None:
+            terms["proprio"] = h.proprio_weight * dynamics_loss(proprio, states[:, n])
+        if h.representation == "tcwm":
+            if h.align_weight > 0:
+                u = aligned_summary(z.flatten(0, 1), h.aligned_dims)
+                aligned = batch["aligned"].flatten(0, 1)
+                if h.align_shuffle:  # the negative control: states of other frames
+                    aligned = aligned[torch.randperm(len(aligned), generator=self.shuffle)]
+                v = self.state_encoder(aligned)
+                terms["nce"] = h.align_weight * info_nce(u, v, h.temperature, h.critic)
+            if h.recon_weight > 0:
+                terms["rec"] = h.recon_weight * reconstruction_loss(self.decoder(z), tokens)
+        return terms
 
     def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = regression_loss(self(x), y)
+        terms = self.losses(batch)
+        loss = sum(terms.values())
+        for name, value in terms.items():
+            self.log(f"train/{name}", value)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
     def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.log("val/mse", regression_loss(self(x), y), prog_bar=True, sync_dist=True)
+        terms = self.losses(batch)
+        for name, value in terms.items():
+            self.log(f"val/{name}", value, sync_dist=True)
+        self.log("val/loss", sum(terms.values()), prog_bar=True, sync_dist=True)
 
     def test_step(self, batch, batch_idx):
-        """The paper's metrics on the test split (`uv run train test --ckpt_path PATH`)."""
-        x, y = batch
-        self.log("test/mse", regression_loss(self(x), y), sync_dist=True)
+        """Losses on the test windows; planning and probes: ``tcwm.evaluate`` (the claim, and
+        ``uv run train test --ckpt_path PATH`` through the CLI's test hook)."""
+        for name, value in self.losses(batch).items():
+            self.log(f"test/{name}", value, sync_dist=True)
+
+    def on_fit_start(self) -> None:
+        """The PCA ablation fixes W to the training embeddings' top principal directions."""
+        if self.hparams.representation == "tcwm" and self.hparams.projection == "pca":
+            data = self.trainer.datamodule
+            tokens = data.arrays["tokens"][data.episodes["train"]]
+            self.projection.set_pca(tokens.reshape(-1, tokens.shape[-1]).to(self.device))
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        trainable = [p for p in self.parameters() if p.requires_grad]
+        if not trainable or self.hparams.dynamics == "persistence" and self.hparams.representation != "tcwm":
+            trainable = trainable or [nn.Parameter(torch.zeros(1))]
+        return torch.optim.AdamW(trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
