@@ -22,14 +22,9 @@ from papers_data import (
     seeded_split,
 )
 from papers_gpu import run_seed
+from tcwm.formats import DataFormatError
 
 HOW_TO_GET = "TEMPLATE: say where the real dataset is published and how to convert it."
-
-
-class DataFormatError(ValueError):
-    """The data do not have the shape or values this project needs."""
-
-    user_facing = True
 
 
 def check_arrays(x: np.ndarray, y: np.ndarray, in_features: int) -> None:
