@@ -125,7 +125,7 @@ def test_a_model_that_does_not_fit_the_data_says_which_flags(tiny_args):
 def test_real_episodes_need_the_pretrained_encoder_and_load_with_it(tmp_path):
     import numpy as np
 
-    from rlawm.encoder import build_encoder, tiny_config
+    from papers_worldmodels.encoder import build_encoder, tiny_config
     from rlawm.formats import Episode
     from rlawm.scene import PushScene, rollout_episode
 

@@ -1,9 +1,9 @@
-"""Real-data formats: round trips through the writers, hand-built fixtures, and the errors."""
+"""Real-data formats: round trips through the writers, hand-built fixtures, and the errors.
+
+The robomimic reader's own cases (numeric demo order, byte-string splits, channels-first images,
+missing keys) are tested with it, in shared/worldmodels/tests; here, rla-wm's use of it."""
 
 from __future__ import annotations
-
-import json
-from types import SimpleNamespace
 
 import av
 import h5py
@@ -14,15 +14,11 @@ import torch
 from rlawm.formats import (
     DataFormatError,
     Episode,
-    check_image_size,
     check_tokens,
     decode_video,
-    encoder_input_size,
     list_trajectories,
     read_robomimic,
-    read_robomimic_env_args,
     read_trajectory_dir,
-    write_robomimic,
     write_trajectory_dir,
 )
 
@@ -170,94 +166,38 @@ def test_writer_rejects_odd_sizes(tmp_path):
 # ---------------------------------------------------------------- robomimic HDF5
 
 
-def test_robomimic_round_trip_numeric_order_and_filter_keys(tmp_path):
-    episodes = [smooth_episode(f"demo_{i}", steps=6 + i % 3, seed=i) for i in (10, 2, 9)]
-    for episode in episodes:
-        episode.actions = episode.qpos[:, :4] * 2
-    path = write_robomimic(
-        tmp_path / "low_dim.hdf5",
-        episodes,
-        "agentview",
-        filter_keys={"train": ["demo_10", "demo_2"], "valid": ["demo_9"]},
-        env_args={"env_name": "Lift"},
-    )
-
-    read = read_robomimic(path, "agentview")
-    assert [e.name for e in read] == ["demo_2", "demo_9", "demo_10"]
-    by_name = {e.name: e for e in episodes}
-    for episode in read:
-        source = by_name[episode.name]
-        assert episode.frames.dtype == np.uint8
-        np.testing.assert_array_equal(episode.frames, source.frames)  # HWC kept exactly
-        np.testing.assert_array_equal(episode.actions, source.actions)
-        np.testing.assert_array_equal(episode.qpos, source.qpos)
-        assert episode.masks.shape == source.masks.shape and episode.masks.all()
-        assert episode.success is None
-
-    assert [e.name for e in read_robomimic(path, "agentview", filter_key="train")] == [
-        "demo_2",
-        "demo_10",
-    ]
-    assert [e.name for e in read_robomimic(path, "agentview", filter_key="valid")] == ["demo_9"]
-    assert read_robomimic_env_args(path) == {"env_name": "Lift"}
-
-
-def test_robomimic_built_by_hand_with_byte_string_masks(tmp_path):
+def test_robomimic_reads_into_episodes_by_camera_with_joint_positions_when_present(tmp_path):
     path = tmp_path / "image.hdf5"
     images = np.random.default_rng(0).integers(0, 256, (7, 32, 48, 3), dtype=np.uint8)
+    joints = np.arange(7 * 7, dtype=np.float64).reshape(7, 7)
     with h5py.File(path, "w") as file:
-        file.create_group("data").attrs["env_args"] = json.dumps(
-            {"env_name": "PickPlaceCan", "type": 1}
-        )
-        for i in range(3):
+        for i in (10, 2, 9):
             file[f"data/demo_{i}/actions"] = np.full((7, 7), i, np.float64)
-            file[f"data/demo_{i}/obs/robot0_eye_in_hand_image"] = images + i
-        file["mask/20_percent"] = np.array([b"demo_2", b"demo_0"])
+            file[f"data/demo_{i}/obs/agentview_image"] = images + i
+            file[f"data/demo_{i}/obs/wrist_image"] = images
+        file["data/demo_9/obs/robot0_joint_pos"] = joints
+        file["mask/valid"] = np.array([b"demo_9"])
 
-    demos = read_robomimic(path, "robot0_eye_in_hand", filter_key="20_percent")
-    assert [d.name for d in demos] == ["demo_0", "demo_2"]
-    np.testing.assert_array_equal(demos[1].frames, images + 2)
-    assert demos[1].actions.dtype == np.float32 and (demos[1].actions == 2).all()
-    assert demos[0].qpos.shape == (7, 0) and demos[0].qpos.dtype == np.float32
-    assert read_robomimic_env_args(path)["env_name"] == "PickPlaceCan"
+    episodes = read_robomimic(path, "agentview")
+    assert [e.name for e in episodes] == ["demo_2", "demo_9", "demo_10"]
+    first, with_joints = episodes[0], episodes[1]
+    assert isinstance(first, Episode) and first.success is None
+    np.testing.assert_array_equal(first.frames, images + 2)
+    assert first.masks.shape == (7, 32, 48) and first.masks.dtype == bool and first.masks.all()
+    assert first.actions.dtype == np.float32 and (first.actions == 2).all()
+    assert first.qpos.shape == (7, 0) and first.qpos.dtype == np.float32
+    np.testing.assert_array_equal(with_joints.qpos, joints.astype(np.float32))
+    assert [e.name for e in read_robomimic(path, "agentview", filter_key="valid")] == ["demo_9"]
 
-
-def test_robomimic_errors_are_informative(tmp_path):
-    path = tmp_path / "bad.hdf5"
-    with h5py.File(path, "w") as file:
-        file["data/demo_0/actions"] = np.zeros((5, 7), np.float32)
-        file["data/demo_0/obs/agentview_image"] = np.zeros((5, 32, 32, 3), np.uint8)
-        file["data/demo_0/obs/wrist_image"] = np.zeros((5, 32, 32, 3), np.uint8)
-        file["mask/train"] = np.array([b"demo_0"])
-    assert read_robomimic_env_args(path) == {}
-
-    with pytest.raises(DataFormatError, match="agentview_image, wrist_image"):
+    with pytest.raises(DataFormatError) as info:
         read_robomimic(path, "frontview")
-    with pytest.raises(DataFormatError, match="'valid' not found.*Available filter keys: train"):
-        read_robomimic(path, "agentview", filter_key="valid")
-
-    with h5py.File(path, "a") as file:
-        del file["data/demo_0/actions"]
-        file["data/demo_0/actions"] = np.zeros((4, 7), np.float32)
-    with pytest.raises(DataFormatError, match="has 4 steps but obs/agentview_image has 5"):
-        read_robomimic(path, "agentview")
-
-    with h5py.File(path, "a") as file:
-        del file["data/demo_0/obs/agentview_image"]
-        file["data/demo_0/obs/agentview_image"] = np.zeros((4, 3, 32, 32), np.uint8)
-    with pytest.raises(DataFormatError, match=r"channels first.*transpose\(0, 2, 3, 1\)"):
-        read_robomimic(path, "agentview")
-
-    with h5py.File(tmp_path / "empty.hdf5", "w"):
-        pass
-    with pytest.raises(DataFormatError, match="no 'data' group"):
-        read_robomimic(tmp_path / "empty.hdf5", "agentview")
-    write_robomimic(tmp_path / "plain.hdf5", [smooth_episode("demo_0", 6)], "agentview")
-    with pytest.raises(DataFormatError, match="no mask group"):
-        read_robomimic(tmp_path / "plain.hdf5", "agentview", filter_key="train")
+    message = str(info.value)
+    assert "Camera 'frontview' not found" in message and "there is no frontview_image" in message
+    assert "Image keys found: agentview_image, wrist_image" in message
+    assert "without the '_image' suffix" in message and info.value.user_facing
 
 
-# ---------------------------------------------------------------- encoder checks
+# ---------------------------------------------------------------- cached tokens
 
 
 def test_check_tokens():
@@ -272,22 +212,3 @@ def test_check_tokens():
         check_tokens(torch.zeros(2, 256, 384, dtype=torch.long), 256, 384, "cache.pt")
     with pytest.raises(DataFormatError, match=r"\[256, 384\]"):
         check_tokens(torch.zeros(256, 384), 256, 384, "cache.pt")
-
-
-def test_check_image_size_and_encoder_input_size():
-    check_image_size(224, 14)
-    check_image_size(518, 14)
-    check_image_size(224, 16)
-    with pytest.raises(DataFormatError, match="64 is not a multiple .* 14.*use 56 or 70"):
-        check_image_size(64, 14)
-    with pytest.raises(DataFormatError, match=r"use 14\.$"):
-        check_image_size(10, 14)
-
-    dinov2 = SimpleNamespace(image_size=518, patch_size=14)
-    assert encoder_input_size(dinov2) == 518
-    assert encoder_input_size(dinov2, size=224) == 224
-    assert encoder_input_size(SimpleNamespace(image_size=(224, 224), patch_size=(16, 16))) == 224
-    with pytest.raises(DataFormatError, match="use 56 or 70"):
-        encoder_input_size(dinov2, size=64)
-    with pytest.raises(DataFormatError, match="no image_size/patch_size"):
-        encoder_input_size(SimpleNamespace(hidden_size=384))

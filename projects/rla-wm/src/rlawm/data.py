@@ -30,13 +30,12 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from papers_cli.hparams import init_arguments
 
-# before any MuJoCo renderer exists (see rlawm.encoder)
-from rlawm import encoder as vit
+# before any MuJoCo renderer exists (see papers_worldmodels.encoder)
+from papers_worldmodels import encoder as vit
 from rlawm.formats import (
     DataFormatError,
     Episode,
     check_tokens,
-    encoder_input_size,
     list_trajectories,
     read_robomimic,
     read_trajectory_dir,
@@ -176,7 +175,7 @@ class PushWorldDataModule(L.LightningDataModule):
 
     def _expected_token_shape(self) -> tuple[int, int]:
         config = self.encoder_config()
-        size = encoder_input_size(config, size=self.hparams.image_size)
+        size = vit.encoder_input_size(config, size=self.hparams.image_size)
         return (size // config.patch_size) ** 2, config.hidden_size
 
     def encoder_config(self):
@@ -370,7 +369,7 @@ def build_real_world(h) -> tuple[World, torch.nn.Module]:
             "DINOv2/DINOv3 folder (config.json + model.safetensors)."
         )
     encoder = vit.freeze(vit.build_encoder(pretrained=h.encoder_path))
-    encoder_input_size(encoder.config, size=h.image_size)
+    vit.encoder_input_size(encoder.config, size=h.image_size)
     episodes = read_episodes(h)
     length = h.chunks * h.horizon
     short = [e.name for e in episodes if len(e.frames) < length + 1]

@@ -5,24 +5,26 @@ video, thresholded at 127), ``qpos.npy`` [T, J] (or ``qpos.npz`` key ``qpos``), 
 ``target_qpos.npy`` (the actions; else actions = qpos) and ``success.txt`` / ``success.npy``.
 
 robomimic: ``data/demo_<i>/actions`` [T, A], ``data/demo_<i>/obs/<cam>_image`` uint8
-[T, H, W, 3], optional ``data/demo_<i>/obs/robot0_joint_pos`` [T, J] and ``mask/<key>`` splits.
+[T, H, W, 3], optional ``data/demo_<i>/obs/robot0_joint_pos`` [T, J] and ``mask/<key>`` splits,
+read by the shared reader (``papers_worldmodels.robomimic``) into Episodes.
 
-Also the checks that tie data to the encoder: cached token shapes and ViT input sizes.
+Also the check that ties cached tokens to the encoder; the ViT input-size checks live with the
+encoder (``papers_worldmodels.encoder``).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
-import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from papers_worldmodels import robomimic
+from papers_worldmodels.errors import DataFormatError
 
 RGB_SUFFIX = "_rgb.mp4"
 MASK_SUFFIX = "_foreground_mask.mp4"
@@ -37,7 +39,7 @@ MPEG4_BIT_RATE = 4_000_000
 RESIZE_CHUNK = 64
 
 _TRAJ_RE = re.compile(r"traj_(\d+)")
-_DEMO_RE = re.compile(r"demo_(\d+)")
+JOINT_POSITIONS = "robot0_joint_pos"  # the robomimic obs key read into Episode.qpos, if present
 
 
 @dataclass
@@ -50,13 +52,6 @@ class Episode:
     qpos: np.ndarray  # float32 [T, J]
     name: str
     success: bool | None = None
-
-
-class DataFormatError(ValueError):
-    """The data do not have the layout, shapes or values this project reads; the message
-    names the file, what was expected and how to fix it."""
-
-    user_facing = True
 
 
 # ---------------------------------------------------------------- trajectory folders
@@ -252,148 +247,22 @@ def read_robomimic(
     path: str | Path, camera: str, *, filter_key: str | None = None
 ) -> list[Episode]:
     """The demos of a robomimic HDF5 file (those of ``mask/<filter_key>`` when given), in
-    numeric order; masks are all True since robomimic stores none."""
-    path = Path(path)
-    with _open_hdf5(path) as file:
-        data = _data_group(file, path)
-        names = sorted(
-            (k for k in data if _DEMO_RE.fullmatch(k)),
-            key=lambda k: int(_DEMO_RE.fullmatch(k).group(1)),
-        )
-        if not names:
-            raise DataFormatError(f"{path} has no data/demo_<i> groups; is it a robomimic file?")
-        if filter_key is not None:
-            chosen = set(_filter_names(file, path, filter_key))
-            missing = sorted(chosen - set(names))
-            if missing:
-                raise DataFormatError(
-                    f"mask/{filter_key} in {path} names demos that are not in data/: "
-                    f"{', '.join(missing)}. Regenerate the filter keys for this file."
-                )
-            names = [n for n in names if n in chosen]
-        return [_read_demo(data[name], path, name, camera) for name in names]
+    numeric order, for ``camera`` (``obs/<camera>_image``); qpos from ``robot0_joint_pos`` when
+    a demo has it, else [T, 0]; masks are all True since robomimic stores none."""
+    demos = robomimic.read_robomimic(
+        path,
+        robomimic.camera_key(camera),
+        state_keys=[JOINT_POSITIONS],
+        filter_key=filter_key,
+        optional_states=True,
+    )
+    return [
+        Episode(d.frames, np.ones(d.frames.shape[:3], dtype=bool), d.actions, d.states, d.name)
+        for d in demos
+    ]
 
 
-def read_robomimic_env_args(path: str | Path) -> dict:
-    """The ``env_args`` JSON attribute of the ``data`` group; empty when absent."""
-    path = Path(path)
-    with _open_hdf5(path) as file:
-        raw = _data_group(file, path).attrs.get("env_args")
-    if raw is None:
-        return {}
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise DataFormatError(f"data.attrs['env_args'] in {path} is not JSON: {error}.") from error
-
-
-def _open_hdf5(path: Path) -> h5py.File:
-    if not path.is_file():
-        raise DataFormatError(f"Missing robomimic file {path}; pass the path of the .hdf5 file.")
-    try:
-        return h5py.File(path, "r")
-    except OSError as error:
-        raise DataFormatError(f"Cannot open {path} as HDF5 ({error}).") from error
-
-
-def _data_group(file: h5py.File, path: Path) -> h5py.Group:
-    if "data" not in file:
-        raise DataFormatError(
-            f"{path} has no 'data' group; a robomimic file holds data/demo_<i>/actions and "
-            "data/demo_<i>/obs/<camera>_image."
-        )
-    return file["data"]
-
-
-def _filter_names(file: h5py.File, path: Path, filter_key: str) -> list[str]:
-    available = sorted(file["mask"]) if "mask" in file else []
-    if filter_key not in available:
-        listed = ", ".join(available) if available else "none (the file has no mask group)"
-        raise DataFormatError(
-            f"Filter key '{filter_key}' not found in {path}. Available filter keys: {listed}."
-        )
-    # robomimic stores the demo names as byte strings (b"demo_0").
-    return [n.decode("utf-8") if isinstance(n, bytes) else str(n) for n in file["mask"][filter_key]]
-
-
-def _read_demo(demo: h5py.Group, path: Path, name: str, camera: str) -> Episode:
-    where = f"{path}:data/{name}"
-    obs = demo.get("obs")
-    if obs is None or "actions" not in demo:
-        raise DataFormatError(f"{where} needs 'actions' and an 'obs' group.")
-    key = f"{camera}_image"
-    if key not in obs:
-        found = sorted(k for k in obs if k.endswith("_image"))
-        listed = ", ".join(found) if found else "none"
-        raise DataFormatError(
-            f"Camera '{camera}' not found in {where}/obs: there is no {key}. Image keys "
-            f"found: {listed}. Pass the camera name without the '_image' suffix."
-        )
-    images = obs[key][()]
-    if images.ndim == 4 and images.shape[1] == 3 and images.shape[-1] != 3:
-        raise DataFormatError(
-            f"{where}/obs/{key} is {list(images.shape)}, channels first; expected "
-            "[T, H, W, 3]. Transpose it with images.transpose(0, 2, 3, 1)."
-        )
-    if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
-        raise DataFormatError(
-            f"{where}/obs/{key} holds {images.dtype} {list(images.shape)}; expected uint8 "
-            "[T, H, W, 3] RGB."
-        )
-    actions = _as_2d_float(demo["actions"][()], Path(f"{where}/actions"))
-    if len(actions) != len(images):
-        raise DataFormatError(
-            f"{where}/actions has {len(actions)} steps but obs/{key} has {len(images)} "
-            "frames; they must have one row per frame."
-        )
-    if "robot0_joint_pos" in obs:
-        qpos = _as_2d_float(obs["robot0_joint_pos"][()], Path(f"{where}/obs/robot0_joint_pos"))
-        if len(qpos) != len(images):
-            raise DataFormatError(
-                f"{where}/obs/robot0_joint_pos has {len(qpos)} steps but obs/{key} has "
-                f"{len(images)} frames; they must have one row per frame."
-            )
-    else:
-        qpos = np.zeros((len(images), 0), np.float32)
-    masks = np.ones(images.shape[:3], dtype=bool)
-    return Episode(images, masks, actions, qpos, name)
-
-
-def write_robomimic(
-    path: str | Path,
-    episodes: Sequence[Episode],
-    camera: str,
-    filter_keys: dict[str, list[str]] | None = None,
-    *,
-    env_args: dict | None = None,
-) -> Path:
-    """Write ``episodes`` (named ``demo_<i>``) as a robomimic HDF5 file; masks are dropped
-    since the format has none, and an empty qpos writes no joint positions."""
-    path = Path(path)
-    for episode in episodes:
-        if not _DEMO_RE.fullmatch(episode.name):
-            raise DataFormatError(f"robomimic demos are named demo_<i>, got '{episode.name}'.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with h5py.File(path, "w") as file:
-        data = file.create_group("data")
-        data.attrs["total"] = sum(len(e.frames) for e in episodes)
-        if env_args is not None:
-            data.attrs["env_args"] = json.dumps(env_args)
-        for episode in episodes:
-            demo = data.create_group(episode.name)
-            demo.attrs["num_samples"] = len(episode.frames)
-            demo.create_dataset("actions", data=episode.actions)
-            demo.create_dataset(f"obs/{camera}_image", data=episode.frames)
-            if episode.qpos.shape[1]:
-                demo.create_dataset("obs/robot0_joint_pos", data=episode.qpos)
-        for key, names in (filter_keys or {}).items():
-            file.create_dataset(f"mask/{key}", data=np.array(names, dtype="S"))
-    return path
-
-
-# ---------------------------------------------------------------- encoder checks
+# ---------------------------------------------------------------- cached tokens
 
 
 def check_tokens(tokens, expected_tokens: int, expected_dim: int, source: str | Path) -> None:
@@ -413,44 +282,3 @@ def check_tokens(tokens, expected_tokens: int, expected_dim: int, source: str | 
         f"{expected_dim} channels). Delete {source} so it is rebuilt, or fix the encoder "
         "settings (image size, patch size, model) to match the cache."
     )
-
-
-def check_image_size(image_size: int, patch_size: int) -> None:
-    """A ViT input size must be a positive multiple of the patch size."""
-    if not isinstance(patch_size, int) or patch_size <= 0:
-        raise DataFormatError(f"The patch size must be a positive integer, got {patch_size!r}.")
-    if not isinstance(image_size, int) or image_size <= 0:
-        raise DataFormatError(f"The image size must be a positive integer, got {image_size!r}.")
-    if image_size % patch_size == 0:
-        return
-    lower = image_size // patch_size * patch_size
-    options = [n for n in (lower, lower + patch_size) if n > 0]
-    raise DataFormatError(
-        f"Image size {image_size} is not a multiple of the encoder's patch size {patch_size} "
-        f"(DINOv2: 14, DINOv3: 16); use {' or '.join(map(str, options))}."
-    )
-
-
-def encoder_input_size(config, *, size: int | None = None) -> int:
-    """The square size frames are resized to for an encoder ``config`` (anything with
-    ``image_size`` and ``patch_size``): ``size`` when given, else the config's own."""
-    try:
-        image_size, patch_size = config.image_size, config.patch_size
-    except AttributeError as error:
-        raise DataFormatError(
-            f"The encoder config {type(config).__name__} has no image_size/patch_size; "
-            "expected a ViT config such as Dinov2Config or DINOv3ViTConfig."
-        ) from error
-    image_size, patch_size = _square(image_size, "image_size"), _square(patch_size, "patch_size")
-    chosen = image_size if size is None else size
-    check_image_size(chosen, patch_size)
-    return chosen
-
-
-def _square(value, what: str) -> int:
-    # transformers configs give sizes as an int or an (h, w) pair.
-    if isinstance(value, Sequence):
-        if len(value) != 2 or value[0] != value[1]:
-            raise DataFormatError(f"The encoder's {what} {value} is not square; expected one size.")
-        value = value[0]
-    return int(value)

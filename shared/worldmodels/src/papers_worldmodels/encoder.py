@@ -6,10 +6,13 @@ config, self-supervised once on frames of separate episodes by masked-patch pred
 (SimMIM-style: the model's own mask token replaces half the patches, a linear head predicts
 their pixels), then frozen. It is a stand-in for DINO, not DINO: no semantic features are
 claimed for it.
+
+Also the checks that tie frames to the encoder: ViT input sizes (multiples of the patch size).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -20,7 +23,7 @@ from torch import nn
 # every pipeline imports this module before it builds a scene.
 from transformers import AutoModel, Dinov2Config, Dinov2Model
 
-from rlawm.formats import check_image_size
+from papers_worldmodels.errors import DataFormatError
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)  # ImageNet statistics, as DINO
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
@@ -84,6 +87,7 @@ def encode_frames(encoder: nn.Module, frames, masks, batch_size: int = 256) -> t
 
 
 def freeze(encoder: nn.Module) -> nn.Module:
+    """Evaluation mode and no gradients: the world models train on its tokens, never into it."""
     encoder.eval()
     for parameter in encoder.parameters():
         parameter.requires_grad_(False)
@@ -127,3 +131,47 @@ def pretrain(
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+# ---------------------------------------------------------------- input sizes
+
+
+def check_image_size(image_size: int, patch_size: int) -> None:
+    """A ViT input size must be a positive multiple of the patch size."""
+    if not isinstance(patch_size, int) or patch_size <= 0:
+        raise DataFormatError(f"The patch size must be a positive integer, got {patch_size!r}.")
+    if not isinstance(image_size, int) or image_size <= 0:
+        raise DataFormatError(f"The image size must be a positive integer, got {image_size!r}.")
+    if image_size % patch_size == 0:
+        return
+    lower = image_size // patch_size * patch_size
+    options = [n for n in (lower, lower + patch_size) if n > 0]
+    raise DataFormatError(
+        f"Image size {image_size} is not a multiple of the encoder's patch size {patch_size} "
+        f"(DINOv2: 14, DINOv3: 16); use {' or '.join(map(str, options))}."
+    )
+
+
+def encoder_input_size(config, *, size: int | None = None) -> int:
+    """The square size frames are resized to for an encoder ``config`` (anything with
+    ``image_size`` and ``patch_size``): ``size`` when given, else the config's own."""
+    try:
+        image_size, patch_size = config.image_size, config.patch_size
+    except AttributeError as error:
+        raise DataFormatError(
+            f"The encoder config {type(config).__name__} has no image_size/patch_size; "
+            "expected a ViT config such as Dinov2Config or DINOv3ViTConfig."
+        ) from error
+    image_size, patch_size = _square(image_size, "image_size"), _square(patch_size, "patch_size")
+    chosen = image_size if size is None else size
+    check_image_size(chosen, patch_size)
+    return chosen
+
+
+def _square(value, what: str) -> int:
+    # transformers configs give sizes as an int or an (h, w) pair.
+    if isinstance(value, Sequence):
+        if len(value) != 2 or value[0] != value[1]:
+            raise DataFormatError(f"The encoder's {what} {value} is not square; expected one size.")
+        value = value[0]
+    return int(value)
