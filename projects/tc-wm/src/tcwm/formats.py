@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
+from papers_worldmodels.errors import DataFormatError as _SharedDataFormatError
 
 DINO_WM_LAYOUT = (
     "a folder holding states.pth (float [N, Tmax, S]), actions.pth (float [N, Tmax, A]), "
@@ -48,11 +49,9 @@ _EPISODE_FILE_RE = re.compile(r"episode_(\d+)\.pth")
 _MINARI_EPISODE_RE = re.compile(r"episode_(\d+)")
 
 
-class DataFormatError(ValueError):
-    """The data do not have the layout, shapes or values this project reads; the message
-    names the file, what was expected and how to fix it."""
-
-    user_facing = True
+# One error type with the shared robomimic reader (papers_worldmodels), user-facing: the CLI
+# prints its message as one paragraph and exits 2.
+DataFormatError = _SharedDataFormatError
 
 
 @dataclass(eq=False)
