@@ -11,7 +11,7 @@ def two_threads(tmp_path, monkeypatch):
 
 @pytest.fixture
 def tiny_args(tmp_path):
-    """Flags that shrink configs/default.yaml to seconds: CPU, 4 batches an epoch, no logger."""
+    """Flags that shrink configs/default.yaml to seconds: CPU, a few batches, no logger."""
     return [
         "--trainer.accelerator=cpu",
         "--trainer.max_epochs=2",
@@ -19,8 +19,8 @@ def tiny_args(tmp_path):
         "--trainer.enable_checkpointing=false",
         "--trainer.enable_progress_bar=false",
         f"--trainer.default_root_dir={tmp_path}",
-        "--data.n_train=64",
-        "--data.n_val=32",
-        "--data.n_test=32",
-        "--data.batch_size=16",
+        "--data.n_episodes=30",
+        "--data.episode_length=12",
+        "--data.batch_size=32",
+        "--model.plan_pairs=2",
     ]

@@ -1,56 +1,91 @@
+"""The DataModule: windows, splits, pooling, seeds, bad input."""
+
 import numpy as np
 import pytest
+import torch
 
-from tcwm.data import DataFormatError, TcwmDataModule, generate_miniature, load_real
 from papers_cli import ConfigError
-from papers_data import DATA_ROOT_ENV, DatasetNotFoundError
+from tcwm.data import DataFormatError, TcwmDataModule, Windows, check_goal_tokens, pool_tokens
 
 
-def test_real_format_loader_parses_a_fixture(tmp_path):
-    x = np.arange(12, dtype=np.float32).reshape(4, 3)
-    np.savez(tmp_path / "data.npz", x=x, y=np.ones(4, np.float32))
-    loaded_x, loaded_y = load_real(str(tmp_path), in_features=3)
-    np.testing.assert_array_equal(loaded_x, x)
-    assert loaded_y.shape == (4,)
-
-
-def test_missing_real_data_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
-    with pytest.raises(DatasetNotFoundError, match="data.npz"):
-        load_real(str(tmp_path), in_features=3)
-
-
-@pytest.mark.parametrize(
-    ("x", "y", "message"),
-    [
-        (np.zeros((4, 2)), np.zeros(4), "in_features"),
-        (np.zeros((4, 3)), np.zeros(5), "expected x"),
-        (np.full((4, 3), np.nan), np.zeros(4), "NaN"),
-    ],
-)
-def test_bad_data_is_rejected(tmp_path, x, y, message):
-    np.savez(tmp_path / "data.npz", x=x, y=y)
-    with pytest.raises(DataFormatError, match=message):
-        load_real(str(tmp_path), in_features=3)
-
-
-def test_generator_is_seeded():
-    a, b = generate_miniature(8, 3, 0.1, seed=1), generate_miniature(8, 3, 0.1, seed=1)
-    np.testing.assert_array_equal(a["x"], b["x"])  # same call, same seed: bit for bit
-    np.testing.assert_allclose(a["y"], a["x"] @ a["w"], atol=0.5)  # y = w.x + small noise
-    assert not np.array_equal(a["x"], generate_miniature(8, 3, 0.1, seed=2)["x"])
-
-
-def test_datamodule_splits_are_disjoint_and_sized():
-    data = TcwmDataModule(n_train=40, n_val=10, n_test=20, in_features=3, seed=0)
+def synthetic(**kwargs):
+    data = TcwmDataModule(**{"n_episodes": 20, "episode_length": 10, "seed": 0, **kwargs})
     data.setup()
-    assert [len(s) for s in (data.train_set, data.val_set, data.test_set)] == [40, 10, 20]
-    splits = (data.train_set, data.val_set, data.test_set)
-    assert len({tuple(x.tolist()) for s in splits for x in s.tensors[0]}) == 70
+    return data
 
 
-def test_too_few_rows_for_the_splits_is_a_clear_error(tmp_path):
-    np.savez(tmp_path / "data.npz", x=np.zeros((10, 3), np.float32), y=np.zeros(10, np.float32))
-    data = TcwmDataModule(root=str(tmp_path), n_train=8, n_val=4, n_test=4, in_features=3)
-    with pytest.raises(ConfigError, match="fewer than"):
-        data.setup()
+def test_windows_hold_consecutive_steps_of_one_episode():
+    data = synthetic(history=2)
+    item = data.train_set[5]
+    assert item["tokens"].shape == (3, 1, 384) and item["actions"].shape == (3, 2)
+    episode, start = data.train_set.index[5]
+    torch.testing.assert_close(item["states"], data.arrays["states"][episode, start : start + 3])
+    assert len(data.train_set) == len(data.episodes["train"]) * (10 - 3 + 1)
+
+
+def test_splits_are_disjoint_episodes_and_seeded():
+    data = synthetic()
+    train, val, test = (set(data.episodes[k]) for k in ("train", "val", "test"))
+    assert not (train & val or train & test or val & test)
+    assert len(train | val | test) == 20
+    again = synthetic()
+    for key in ("train", "val", "test"):
+        np.testing.assert_array_equal(again.episodes[key], data.episodes[key])
+
+
+def test_the_seed_changes_the_episodes():
+    first, other = synthetic(), synthetic(seed=1)
+    assert not torch.equal(first.arrays["states"], other.arrays["states"])
+
+
+def test_the_aligned_state_is_the_position_or_the_whole_state():
+    data = synthetic(align_on="position")
+    torch.testing.assert_close(data.arrays["aligned"], data.arrays["states"][..., :2])
+    assert synthetic().align_dim == 4
+
+
+def test_actions_lead_from_each_state_to_the_next():
+    from tcwm.synthetic import SyntheticWorld
+
+    data = synthetic()
+    world = SyntheticWorld()
+    world.set_state(data.arrays["states"][0, 0].numpy())
+    np.testing.assert_allclose(
+        world.step(data.arrays["actions"][0, 0].numpy()),
+        data.arrays["states"][0, 1].numpy(),
+        rtol=1e-6,
+    )
+
+
+def test_pool_tokens_averages_square_blocks():
+    tokens = torch.arange(16, dtype=torch.float32).reshape(1, 16, 1)  # a 4x4 grid, one channel
+    pooled = pool_tokens(tokens, 2)
+    torch.testing.assert_close(pooled[0, :, 0], torch.tensor([2.5, 4.5, 10.5, 12.5]))
+    torch.testing.assert_close(pool_tokens(tokens, 4), tokens)
+    with pytest.raises(ConfigError, match="token_grid"):
+        pool_tokens(tokens, 3)
+    with pytest.raises(DataFormatError, match="square"):
+        pool_tokens(torch.zeros(1, 6, 1), 2)
+
+
+def test_bad_configs_are_clear_errors():
+    with pytest.raises(ConfigError, match="kappa"):
+        TcwmDataModule(kappa=1.5)
+    with pytest.raises(ConfigError, match="val_fraction"):
+        TcwmDataModule(val_fraction=0.6, test_fraction=0.5)
+    with pytest.raises(ConfigError, match="shorter than a window"):
+        synthetic(episode_length=2, history=2)
+    with pytest.raises(ConfigError, match="data.root"):
+        TcwmDataModule(source="dino_wm", seed=0).setup()
+
+
+def test_a_goal_shaped_unlike_the_frames_is_a_clear_error():
+    check_goal_tokens(torch.zeros(16, 128), (5, 16, 128))
+    with pytest.raises(DataFormatError, match="goal"):
+        check_goal_tokens(torch.zeros(64, 128), (5, 16, 128))
+
+
+def test_windows_refuse_episodes_shorter_than_a_window():
+    arrays = {"tokens": torch.zeros(2, 3, 1, 4)}
+    with pytest.raises(ConfigError, match="shorter"):
+        Windows(arrays, np.arange(2), 4)

@@ -1,5 +1,5 @@
-from tcwm.cli import train
 from papers_gpu.testing import run_if
+from tcwm.cli import train
 
 
 @run_if(min_cuda_gpus=1, bf16_cuda=True)

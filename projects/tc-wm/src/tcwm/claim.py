@@ -1,19 +1,23 @@
 """The claim experiment (`uv run reproduce`), under claim protocol v3 (configs/claim.yaml).
 
-TEMPLATE claim: the trained regressor has less than half the mean predictor's held-out squared
-error. Every subject runs on every seed (the seed sets data, initialisation and noise):
+In the synthetic-embedding world (a known injective map of state and nuisance, ``tcwm.synthetic``)
+every subject is trained on the same reward-free random-action episodes at distractor strength
+kappa (0 and 1; the ablations at 1 only) and judged on fixed seeded start/goal pairs whose goal
+embedding carries another nuisance draw:
 
-- ``mlp``: the method, trained through the real CLI with the learning rate tuned on validation;
-- ``mean_predictor``: the baseline;
-- ``untrained`` (negative control): the same network with no training step;
-- ``true_weights`` (positive control, an oracle): the miniature's generating linear map loaded
-  into the same network (``load_true_weights``) and evaluated through the module's own forward,
-  so the control covers the method's model and evaluation code, not a shortcut beside them.
+- ``tcwm``: the method (projection, alignment, reconstruction, latent dynamics, CEM on z^s);
+- ``dino_wm``: the predictor and the planning cost on the full frozen embedding, proprio token
+  included (cost weight 0.1 [G]);
+- ablations (reported): ``no_alignment``, ``no_reconstruction``, ``random_projection``,
+  ``pca_projection``;
+- negative controls: ``shuffled_alignment`` (InfoNCE against the states of other frames) and
+  ``persistence`` (the trained TC-WM with its dynamics replaced by a copy of the latent);
+- positive control (an oracle): ``state_oracle``, dynamics on the true state through the same
+  module, planner and budget.
 
-Every fit is a job of the shared runner (``papers_eval.jobs``): one progress line per fit, a
-resumable cache under ``runs/tc-wm/jobs/`` (``--fresh`` ignores it), worker processes
-(``--jobs``) or a Dask cluster (``--scheduler``). ``--replicate`` judges the same checks on the
-replication seeds with the same code and tuning rule. papers_eval computes the verdict.
+Every fit is a job of the shared runner (``papers_eval.jobs``); ``--replicate`` judges the same
+checks on the replication seeds with the same code and tuning rule. papers_eval computes the
+verdict.
 """
 
 from __future__ import annotations
@@ -25,11 +29,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tcwm.baselines import MeanBaseline
-from tcwm.cli import TcwmCLI
-from tcwm.core import squared_errors
-from tcwm.data import TcwmDataModule
-from tcwm.model import TcwmModule
 from papers_cli import project_dir_of, quiet_fit, reproduce_parser
 from papers_eval import (
     ClaimSpec,
@@ -44,20 +43,59 @@ from papers_eval import (
 )
 from papers_eval.jobs import Job, run_jobs, runner_options, summarise_jobs
 from papers_eval.record import code_revision
+from tcwm.cli import TcwmCLI
+from tcwm.data import TcwmDataModule, world_for
+from tcwm.evaluate import (
+    PlanBudget,
+    embedding_distance_share,
+    identifiability,
+    latent_spread,
+    open_loop_probe,
+    plan_to_goal,
+    relative_reconstruction_error,
+    start_goal_pairs,
+)
+from tcwm.model import TcwmModule, observe
 
 PROJECT_DIR = project_dir_of(__file__)
 CLAIM_FILE = PROJECT_DIR / "configs" / "claim.yaml"
-SUBJECTS = ("mlp", "mean_predictor", "untrained", "true_weights")
-METRICS = ("test_sq_error", "val_mse")
+TRAINED = {
+    "tcwm": {},
+    "dino_wm": {"representation": "embedding", "proprio_weight": 0.1},
+    "state_oracle": {"representation": "state"},
+    "shuffled_alignment": {"align_shuffle": True},
+    "no_alignment": {"align_weight": 0.0},
+    "no_reconstruction": {"recon_weight": 0.0},
+    "random_projection": {"projection": "random"},
+    "pca_projection": {"projection": "pca"},
+}
+SUBJECTS = (*TRAINED, "persistence")
+KAPPAS = {"k0": 0.0, "k1": 1.0}
+ABLATIONS = ("no_alignment", "no_reconstruction", "random_projection", "pca_projection")
+SCORES = (
+    "success",
+    "final_distance",
+    "probe_r2",
+    "aligned_r2",
+    "canonical_correlation",
+    "mcc",
+    "nuisance_r2",
+    "distance_share",
+)
+METRICS = tuple(f"{score}_{k}" for k in KAPPAS for score in SCORES)
 
 
-def fit(seed: int, settings: Mapping[str, Any], params: Mapping[str, Any], train: bool = True):
-    """One run of the real CLI (no logger, no checkpoints); ``train=False`` stops before the
-    first step, which gives the data and the network at its initialisation."""
-    overrides = [f"--trainer.max_epochs={settings['max_epochs']}"]
+def fit(seed: int, settings: Mapping[str, Any], params: Mapping[str, Any], kappa: float):
+    """One run of the real CLI (no logger, no checkpoints) on the synthetic world at kappa."""
+    overrides = [
+        f"--trainer.max_epochs={settings['max_epochs']}",
+        f"--data.kappa={kappa}",
+        f"--data.n_episodes={settings['n_episodes']}",
+        f"--data.episode_length={settings['episode_length']}",
+        "--model.plan_pairs=0",
+        "--trainer.limit_val_batches=1.0",  # the tuning metric is the validation loss
+    ]
     overrides += [f"--model.{key}={value}" for key, value in params.items()]
-    if not train:
-        overrides.append("--trainer.max_steps=0")
     return quiet_fit(
         TcwmModule,
         TcwmDataModule,
@@ -68,78 +106,104 @@ def fit(seed: int, settings: Mapping[str, Any], params: Mapping[str, Any], train
     )
 
 
-def evaluate(predict, data: TcwmDataModule) -> dict[str, Any]:
-    """Per-item squared errors on the test split and the validation MSE."""
-    with torch.no_grad():
-        x_test, y_test = data.test_set.tensors
-        x_val, y_val = data.val_set.tensors
-        return {
-            "test_sq_error": squared_errors(predict(x_test), y_test).numpy(),
-            "val_mse": squared_errors(predict(x_val), y_val).mean().item(),
-        }
-
-
-def load_true_weights(module: TcwmModule, weights: np.ndarray) -> TcwmModule:
-    """Put the generating map y = w.x into the module's own network: relu(w.x) - relu(-w.x) =
-    w.x, with the other hidden units silent. The oracle then runs the method's forward."""
-    w = torch.as_tensor(weights, dtype=torch.float32)
-    first, last = module.net[0], module.net[-1]
-    if module.hparams.activation != "relu" or first.out_features < 2:
-        raise ValueError("the oracle needs activation='relu' and at least 2 hidden units")
-    with torch.no_grad():
-        for layer in (first, last):
-            layer.weight.zero_()
-            layer.bias.zero_()
-        first.weight[0], first.weight[1] = w, -w
-        last.weight[0, 0], last.weight[0, 1] = 1.0, -1.0
-    return module
+@torch.no_grad()
+def score(module: TcwmModule, data: TcwmDataModule, settings: Mapping[str, Any], seed: int):
+    """Planning success per start/goal pair, open-loop probe, identifiability, diagnostics."""
+    module.eval()
+    arrays, episodes = data.arrays, data.episodes
+    budget = PlanBudget(**settings.get("budget", {}))
+    world = world_for(data.hparams)
+    pairs = start_goal_pairs(
+        world, settings["plan_pairs"], data.hparams.kappa, budget.goal_offset, seed=10_000 + seed
+    )
+    runs = [plan_to_goal(module, world, observe, p, budget, seed=i) for i, p in enumerate(pairs)]
+    probes = open_loop_probe(
+        module, arrays, episodes["train"], episodes["test"], with_proprio=False
+    )
+    ident = identifiability(module, arrays, episodes["train"], episodes["test"])
+    out = {
+        "success": np.array([r["success"] for r in runs]),
+        "final_distance": np.array([r["final_distance"] for r in runs]),
+        "probe_r2": float(np.mean(probes)),
+        "probe_by_horizon": probes,
+        "aligned_r2": ident["aligned_r2"],
+        "canonical_correlation": ident["canonical_correlation"],
+        "mcc": ident["mcc"],
+        "nuisance_r2": ident.get("nuisance_r2", float("nan")),
+        "distance_share": embedding_distance_share(world, pairs, observe),
+    }
+    if module.hparams.representation == "tcwm":
+        out["latent_spread"] = latent_spread(module, arrays, episodes["test"])
+        out["reconstruction_error"] = relative_reconstruction_error(
+            module, arrays, episodes["test"]
+        )
+    world.close()
+    return out
 
 
 def run_job(job: Job, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """One subject on one seed (a top-level function: the runner may call it in a worker).
-    ``tune`` jobs return the validation MSE of one configuration."""
-    if job.stage == "tune":
-        cli = fit(job.seed, settings, job.params)
-        return {"val_mse": evaluate(cli.model, cli.datamodule)["val_mse"]}
+    """One subject on one seed at one strength (a top-level function: the runner may call it
+    in a worker). ``tune`` jobs return the validation loss of one configuration; the method's
+    job also scores its persistence control (the same trained model, dynamics copied)."""
     params = dict(job.params)
-    if job.subject == "true_weights":
-        params["activation"] = "relu"  # the oracle's exact linear path (load_true_weights)
-    initial = fit(job.seed, settings, params, train=False)
-    data = initial.datamodule
-    if job.subject == "mlp":
-        trained = fit(job.seed, settings, params).model
-        return {**evaluate(trained, data), "moved": relative_change(initial.model, trained)}
-    if job.subject == "untrained":
-        return evaluate(initial.model, data)
-    if job.subject == "mean_predictor":
-        return evaluate(MeanBaseline().fit(data.train_set.tensors[1]).predict, data)
-    return evaluate(load_true_weights(initial.model, data.true_weights), data)
+    kappa = params.pop("kappa")
+    cli = fit(job.seed, settings, {**TRAINED[job.subject], **params}, kappa)
+    if job.stage == "tune":
+        return {"val_loss": float(cli.trainer.callback_metrics["val/loss"])}
+    out = score(cli.model, cli.datamodule, settings, job.seed)
+    out["train_loss"] = float(cli.trainer.callback_metrics["train/loss"])
+    out["val_loss"] = float(cli.trainer.callback_metrics["val/loss"])
+    if job.subject == "tcwm":
+        cli.model.hparams.dynamics = "persistence"
+        out["persistence"] = score(cli.model, cli.datamodule, settings, job.seed)
+    return out
 
 
-def experiment(spec: ClaimSpec, run) -> tuple[Any, dict[str, dict[str, list]], list]:
-    """Tune on validation (the first seed of ``spec``), then every subject on every seed; the
-    same function judges the registered seeds and the replication seeds."""
+def experiment(spec: ClaimSpec, run) -> tuple[Any, dict[str, dict[str, list]], list, dict]:
+    """Tune on validation (first seed, kappa = 1), then every subject on every seed and
+    strength; the same function judges the registered seeds and the replication seeds."""
     grids = tuning_grids(spec.tuning, spec.subjects)
     tune_jobs = [
-        Job(subject, spec.seeds[0], params, stage="tune")
+        Job(subject, spec.seeds[0], {**params, "kappa": 1.0}, stage="tune")
         for subject, grid in grids.items()
         if grid != [{}]
         for params in grid
     ]
-    tuned = {r.job: r.value["val_mse"] for r in run(tune_jobs)}
-    tuning = tune(spec, lambda s, params, seed: tuned[Job(s, seed, params, stage="tune")])
-    method_params = tuning.best["mlp"]  # the controls share the method's network and budget
-    jobs = [
-        Job(subject, seed, method_params if subject != "mean_predictor" else {})
-        for seed in spec.seeds
-        for subject in spec.subjects
-    ]
+    tuned = {r.job: r.value["val_loss"] for r in run(tune_jobs)}
+    tuning = tune(
+        spec, lambda s, params, seed: tuned[Job(s, seed, {**params, "kappa": 1.0}, stage="tune")]
+    )
+    method_params = tuning.best["tcwm"]  # the method's variants share its tuned optimiser
+    jobs = []
+    for seed in spec.seeds:
+        for subject in TRAINED:
+            params = tuning.best.get(subject) or method_params
+            for key, kappa in KAPPAS.items():
+                if subject in ABLATIONS and key != "k1":
+                    continue
+                jobs.append(Job(subject, seed, {**params, "kappa": kappa}))
     done = run(jobs)
     results: dict[str, dict[str, list]] = {s: {m: [] for m in METRICS} for s in spec.subjects}
+    details: dict[str, dict[str, list]] = {}
     for job, result in zip(jobs, done, strict=True):
-        for metric in METRICS:
-            results[job.subject][metric].append(result.value[metric])
-    return tuning, results, done
+        key = next(k for k, v in KAPPAS.items() if v == job.params["kappa"])
+        scored = [(job.subject, result.value)]
+        if job.subject == "tcwm":
+            scored.append(("persistence", result.value["persistence"]))
+        for subject, value in scored:
+            for name in SCORES:
+                results[subject][f"{name}_{key}"].append(value[name])
+            for name in ("probe_by_horizon", "latent_spread", "reconstruction_error", "val_loss"):
+                if name in value:
+                    details.setdefault(subject, {}).setdefault(f"{name}_{key}", []).append(
+                        value[name]
+                    )
+    for subject in ABLATIONS:  # not run without distractors: NaN, never judged
+        for name in SCORES:
+            results[subject][f"{name}_k0"] = [
+                np.full_like(np.asarray(v, float), np.nan) for v in results[subject][f"{name}_k1"]
+            ]
+    return tuning, results, done, details
 
 
 def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
@@ -165,14 +229,13 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         all_jobs.extend(done)
         return done
 
-    tuning, results, done = experiment(spec, run)
+    tuning, results, _, details = experiment(spec, run)
     judgement = judge(spec, results)
     replication = None
     if args.replicate:
         rspec = spec.for_replication()
-        rtuning, rresults, _ = experiment(rspec, run)
+        rtuning, rresults, _, _ = experiment(rspec, run)
         replication = Replication(rspec, rresults, judge(rspec, rresults), rtuning)
-    moved = [r.value["moved"] for r in done if r.job.subject == "mlp"]
     path = write_claim(
         args.out,
         project="tc-wm",
@@ -183,36 +246,55 @@ def run_claim_experiment(argv: list[str] | None = None) -> dict[str, Any]:
         config={"settings": settings, "quick": args.quick},
         wall_time_s=time.perf_counter() - start,
         tuning=tuning,
-        evidence={"relative_parameter_change_of_mlp": float(np.mean(moved))},
+        evidence={"per_subject": _jsonable(details)},
         jobs=summarise_jobs(all_jobs),
         diagnosis=diagnose,
     )
     return {"verdict": load_claim(path)["verdict"], "results": results}
 
 
-def diagnose(record: Mapping[str, Any]) -> list:
-    """Why a verdict is not held, citing the record's numbers (protocol v3).
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
-    TEMPLATE: replace with the project's analysis from its measured evidence (gradient shares,
-    budget curve, "it moved"): cause idea / implementation / check / undetermined.
-    """
+
+def diagnose(record: Mapping[str, Any]) -> list:
+    """Why a verdict is not held, citing the record's numbers (protocol v3)."""
     if record["verdict"] in ("held", "held, not replicated"):
         return []
-    return [
-        finding(
-            "undetermined",
-            "template project: no analysis written yet",
-            ("metrics.mlp.test_sq_error.mean", "the method's test error"),
-            ("metrics.mean_predictor.test_sq_error.mean", "the baseline's"),
+    checks = record["judgement"]["checks"]["tcwm"] if "judgement" in record else {}
+    failed = sorted(name for name, c in checks.items() if not c.get("passed"))
+    findings = []
+    if any(name.startswith("success") for name in failed):
+        findings.append(
+            finding(
+                "idea",
+                "planning on the aligned summary u needs u to locate the goal within the "
+                "success radius; where the identifiability checks pass but success does not, "
+                "the residual of the affine fit (1 - R^2 of the state's variance) is wider "
+                "than the radius",
+                ("metrics.tcwm.aligned_r2_k1.mean", "TC-WM's aligned R^2 at kappa 1"),
+                ("metrics.tcwm.success_k1.mean", "its planning success"),
+                ("metrics.state_oracle.success_k1.mean", "the oracle's, same planner"),
+            )
         )
-    ]
-
-
-def relative_change(before: torch.nn.Module, after: torch.nn.Module) -> float:
-    """||theta_after - theta_before|| / ||theta_before||: how far training moved the network."""
-    from papers_eval.mechanism import relative_change as change
-
-    return change(before.parameters(), after.parameters())
+    if not findings:
+        findings.append(
+            finding(
+                "undetermined",
+                f"checks failed: {', '.join(failed) or 'a control or a precondition'}",
+                ("metrics.tcwm.success_k1.mean", "TC-WM's success at kappa 1"),
+                ("metrics.dino_wm.success_k1.mean", "DINO-WM's"),
+            )
+        )
+    return findings
 
 
 def main() -> None:

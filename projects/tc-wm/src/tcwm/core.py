@@ -1,7 +1,7 @@
 """TC-WM's math in pure torch: projection, state alignment, reconstruction, latent dynamics, CEM.
 
 Notation (design note, section 1): ``e_t`` in R^{P x D} are the frozen encoder's patch tokens of
-frame t; TC-WM projects them linearly, per patch, to ``z_t = W e_t`` in R^{P x d`` (d << D),
+frame t; TC-WM projects them linearly, per patch, to ``z_t = W e_t`` in R^{P x d} (d << D),
 splits ``z_t = [z^s_t ; z^c_t]`` into a task-centric part of ``aligned_dims`` channels and a
 context part, aligns ``u_t = mean_p z^s_{t,p}`` with the agent's physical state by InfoNCE,
 reconstructs ``e_t`` from ``z_t`` and learns latent dynamics ``z_{t+1} = f(z_{t-h+1:t}, a_t)``:
@@ -40,7 +40,9 @@ class LinearProjection(nn.Module):
     ):
         super().__init__()
         if out_dim > in_dim:
-            raise ValueError(f"the latent ({out_dim}) must be smaller than the embedding ({in_dim})")
+            raise ValueError(
+                f"the latent ({out_dim}) must be smaller than the embedding ({in_dim})"
+            )
         self.mode = mode
         self.weight = nn.Parameter(torch.empty(out_dim, in_dim), requires_grad=mode == "learned")
         if mode == "learned":
@@ -159,7 +161,8 @@ class Predictor(nn.Module):
         self.out = nn.Linear(width, dim)
 
     def forward(self, z_hist: torch.Tensor, action: torch.Tensor, proprio_hist=None):
-        """z_hist [B, h, P, d], action [B, A] (, proprio_hist [B, h, S]) -> z [B, P, d] (, [B, S])."""
+        """z_hist [B, h, P, d], action [B, A], proprio_hist [B, h, S] or None -> z [B, P, d],
+        proprio [B, S] or None."""
         b, h, p, d = z_hist.shape
         if h != self.history:
             raise ValueError(f"the predictor takes {self.history} history frames, got {h}")

@@ -27,7 +27,6 @@ single frame shows, or the whole state).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -41,21 +40,21 @@ from papers_cli import ConfigError
 from papers_data import EpochShuffle, cached_generate, drawn_by_trainer, seeded_split
 from papers_gpu import run_seed
 from tcwm.formats import DataFormatError  # noqa: F401  (re-exported: the data's error type)
-from tcwm.synthetic import SyntheticWorld
+from tcwm.synthetic import WORLD_VERSION, SyntheticWorld
 
 Source = Literal["synthetic", "pointmaze", "reacher", "dino_wm", "robomimic", "minari"]
-ClosedUnit = float  # checked in __init__ (jsonargparse has no closed-interval type)
 
 
-def world_for(source: str):
-    """The simulator of a miniature source (planning and data generation share it)."""
-    if source == "synthetic":
+def world_for(h):
+    """The simulator of a miniature source with an ``observe`` that gives the frozen tokens
+    (planning runs in it); real datasets have none."""
+    if h.source == "synthetic":
         return SyntheticWorld()
-    if source in ("pointmaze", "reacher"):
-        from tcwm.scene import make_scene
+    if h.source in ("pointmaze", "reacher"):
+        from tcwm.pipeline import RenderedWorld, load_encoder
 
-        return make_scene(source)
-    raise ConfigError(f"source {source!r} has no simulator: planning needs a miniature source")
+        return RenderedWorld(h.source, load_encoder(h), h.token_grid)
+    raise ConfigError(f"data.source={h.source!r} has no simulator: planning needs a miniature")
 
 
 def random_episodes(world, n_episodes: int, length: int, kappa: float, seed: int) -> dict:
@@ -240,6 +239,7 @@ def load_arrays(h, seed: int) -> dict[str, np.ndarray]:
     if h.source == "synthetic":
         config = {
             "source": "synthetic",
+            "world": WORLD_VERSION,
             "n": h.n_episodes,
             "T": h.episode_length,
             "kappa": h.kappa,
@@ -266,7 +266,3 @@ def check_goal_tokens(goal: torch.Tensor, tokens_shape) -> None:
             f"the goal's embedding has shape {tuple(goal.shape[-2:])}, the frames' "
             f"{tuple(tokens_shape[-2:])}: render the goal image like the observations"
         )
-
-
-def default_root(source: str) -> Path | None:
-    return None

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from tcwm.core import aligned_summary, cem_plan
+from tcwm.data import check_goal_tokens
 from tcwm.metrics import LinearProbe, affine_r2, mcc, mean_canonical_correlation
 
 
@@ -37,16 +39,19 @@ class PlanBudget:
 
 def start_goal_pairs(world, n_pairs: int, kappa: float, goal_offset: int, seed: int) -> list:
     """Fixed seeded (start, goal, start nuisance, goal nuisance) tuples: the goal is the state
-    after ``goal_offset`` uniform random actions from the start; the nuisances are two draws."""
+    after ``goal_offset`` uniform random actions from the start, not already within the success
+    radius of it (such a pair is redrawn); the nuisances are two independent draws."""
     rng = np.random.default_rng(seed)
     pairs = []
-    for _ in range(n_pairs):
+    while len(pairs) < n_pairs:
         start = world.sample_start(rng)
         world.set_state(start)
         for _ in range(goal_offset):
             world.step(rng.uniform(-1, 1, world.action_dim).astype(np.float32))
         goal = world.get_state()
-        pairs.append((start, goal, world.draw_nuisance(rng, kappa), world.draw_nuisance(rng, kappa)))
+        nuisances = world.draw_nuisance(rng, kappa), world.draw_nuisance(rng, kappa)
+        if not world.success(start, goal):
+            pairs.append((start, goal, *nuisances))
     return pairs
 
 
@@ -63,6 +68,8 @@ def plan_to_goal(
     start, goal, nuisance, goal_nuisance = pair
     generator = torch.Generator().manual_seed(seed)
     world.set_state(goal)
+    goal_tokens = torch.as_tensor(observe(world, goal_nuisance, 0))
+    check_goal_tokens(goal_tokens, (module.hparams.n_tokens, module.hparams.embed_dim))
     goal_latent, goal_proprio = _observe_model(module, world, observe, goal_nuisance, 0)
     world.set_state(start)
     latent, proprio = _observe_model(module, world, observe, nuisance, 0)
@@ -71,16 +78,8 @@ def plan_to_goal(
     proprio_hist = None if proprio is None else proprio[None].repeat(n, 1)[None]
     t = 0
     while t < budget.max_steps:
-
-        def cost(candidates: torch.Tensor) -> torch.Tensor:
-            count = len(candidates)
-            expand = hist.expand(count, *hist.shape[1:])
-            p_expand = None if proprio_hist is None else proprio_hist.expand(count, -1, -1)
-            final, final_proprio = module.rollout(expand, candidates, p_expand)[-1]
-            return module.plan_cost(final, goal_latent, final_proprio, goal_proprio)
-
         plan = cem_plan(
-            cost,
+            partial(_plan_cost, module, hist, proprio_hist, goal_latent, goal_proprio),
             world.action_dim,
             budget.horizon,
             budget.samples,
@@ -102,6 +101,15 @@ def plan_to_goal(
     return {"success": float(world.success(final, goal)), "final_distance": distance}
 
 
+def _plan_cost(module, hist, proprio_hist, goal_latent, goal_proprio, candidates):
+    """The model's cost of each candidate action sequence [N, H, A] from the current history."""
+    count = len(candidates)
+    expand = hist.expand(count, *hist.shape[1:])
+    p_expand = None if proprio_hist is None else proprio_hist.expand(count, -1, -1)
+    final, final_proprio = module.rollout(expand, candidates, p_expand)[-1]
+    return module.plan_cost(final, goal_latent, final_proprio, goal_proprio)
+
+
 def _observe_model(module, world, observe, nuisance, t):
     tokens = torch.as_tensor(observe(world, nuisance, t), dtype=torch.float32)
     state = torch.as_tensor(world.get_state(), dtype=torch.float32)
@@ -110,12 +118,15 @@ def _observe_model(module, world, observe, nuisance, t):
 
 
 @torch.no_grad()
-def open_loop_probe(module, arrays: dict, train_episodes, test_episodes, horizons: int = 5):
+def open_loop_probe(
+    module, arrays: dict, train_episodes, test_episodes, horizons: int = 5, with_proprio=True
+):
     """R^2 of a linear probe (fit on the encoded training frames) from the model's predicted
     latent at horizons 1..``horizons`` to the true position, on the test episodes' windows
-    (teacher frames up to t, then the true actions open loop)."""
+    (teacher frames up to t, then the true actions open loop). ``with_proprio=False`` probes
+    the visual latent alone (a proprio token holds the position itself)."""
     n = module.hparams.history
-    train_latent = _flat_latents(module, arrays, train_episodes)
+    train_latent = _flat_latents(module, arrays, train_episodes, with_proprio)
     train_positions = arrays["positions"][train_episodes].reshape(-1, arrays["positions"].shape[-1])
     probe = LinearProbe().fit(train_latent, train_positions.numpy())
     steps = arrays["tokens"].shape[1]
@@ -136,7 +147,7 @@ def open_loop_probe(module, arrays: dict, train_episodes, test_episodes, horizon
     targets = torch.stack(targets)
     scores = []
     for k, (latent, proprio) in enumerate(predictions):
-        features = _features(latent, proprio)
+        features = _features(latent, proprio if with_proprio else None)
         scores.append(probe.r2(features, targets[:, k].numpy()))
     return scores
 
@@ -148,23 +159,26 @@ def _features(latent: torch.Tensor, proprio) -> np.ndarray:
     return flat.numpy()
 
 
-def _flat_latents(module, arrays, episodes) -> np.ndarray:
+def _flat_latents(module, arrays, episodes, with_proprio=True) -> np.ndarray:
     tokens = arrays["tokens"][episodes].flatten(0, 1)
     states = arrays["states"][episodes].flatten(0, 1)
     latent, proprio = module.observation(tokens, states)
-    return _features(latent, proprio)
+    return _features(latent, proprio if with_proprio else None)
 
 
 @torch.no_grad()
 def identifiability(module, arrays: dict, train_episodes, test_episodes) -> dict[str, float]:
-    """How well TC-WM's aligned summary u recovers the aligned state (affine R^2, MCC, mean
-    canonical correlation) and how much of the nuisance it carries (affine R^2, synthetic world
-    only); on held-out frames, the affine maps fit on training frames."""
-    k = module.hparams.aligned_dims
+    """How well the coordinates a model plans on recover the aligned state (affine R^2, MCC,
+    mean canonical correlation) and how much of the nuisance they carry (affine R^2, synthetic
+    world only); on held-out frames, the affine maps fit on training frames. The coordinates:
+    TC-WM's aligned summary u; the full embedding for DINO-WM; the state for the oracle."""
 
     def summary(episodes):
-        z = module.encode(arrays["tokens"][episodes].flatten(0, 1))
-        return aligned_summary(z, k).numpy()
+        return planning_coordinates(
+            module,
+            arrays["tokens"][episodes].flatten(0, 1),
+            arrays["states"][episodes].flatten(0, 1),
+        ).numpy()
 
     u_train, u_test = summary(train_episodes), summary(test_episodes)
     s_train = arrays["aligned"][train_episodes].flatten(0, 1).numpy()
@@ -180,6 +194,34 @@ def identifiability(module, arrays: dict, train_episodes, test_episodes) -> dict
         c_test = nuisance[test_episodes].flatten(0, 1).numpy()
         out["nuisance_r2"] = affine_r2(u_train, c_train, u_test, c_test)
     return out
+
+
+def planning_coordinates(module, tokens: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """[N, ...] frames -> [N, k]: what the model's planning cost compares (see identifiability)."""
+    h = module.hparams
+    if h.representation == "state":
+        return states[..., : h.state_cost_dims]
+    latent = module.encode(tokens)
+    if h.representation == "tcwm":
+        return aligned_summary(latent, h.aligned_dims)
+    return latent.reshape(len(latent), -1)
+
+
+@torch.no_grad()
+def embedding_distance_share(world, pairs, observe: Callable) -> float:
+    """The share of the frozen start-goal embedding distance that the nuisance makes: for each
+    pair 1 - ||e(goal, c_start) - e(start, c_start)||^2 / ||e(goal, c_goal) - e(start, c_start)||^2
+    (the goal state seen under the start's nuisance vs the goal image), averaged over pairs."""
+    shares = []
+    for start, goal, nuisance, goal_nuisance in pairs:
+        world.set_state(start)
+        e_start = np.asarray(observe(world, nuisance, 0), np.float64)
+        world.set_state(goal)
+        e_goal_same = np.asarray(observe(world, nuisance, 0), np.float64)
+        e_goal = np.asarray(observe(world, goal_nuisance, 0), np.float64)
+        total = ((e_goal - e_start) ** 2).sum()
+        shares.append(1.0 - ((e_goal_same - e_start) ** 2).sum() / max(total, 1e-12))
+    return float(np.mean(shares))
 
 
 @torch.no_grad()

@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from papers_worldmodels.errors import DataFormatError as _SharedDataFormatError
 
 DINO_WM_LAYOUT = (

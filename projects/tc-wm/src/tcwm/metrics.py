@@ -26,7 +26,9 @@ def affine_r2(
     """R^2 (variance-weighted over the target's columns) of a ridge-regularised affine map
     x -> y fit on the training rows and scored on the test rows."""
     model = Ridge(alpha=ridge).fit(_rows(train_x), _rows(train_y))
-    return float(r2_score(_rows(test_y), model.predict(_rows(test_x)), multioutput="variance_weighted"))
+    return float(
+        r2_score(_rows(test_y), model.predict(_rows(test_x)), multioutput="variance_weighted")
+    )
 
 
 def mcc(x: np.ndarray, y: np.ndarray) -> float:

@@ -45,13 +45,13 @@ class TcwmModule(LightningModule):
         self,
         embed_dim: PositiveInt = 384,
         n_tokens: PositiveInt = 1,
-        state_dim: PositiveInt = 4,
-        align_dim: PositiveInt = 4,
+        state_dim: PositiveInt = 2,
+        align_dim: PositiveInt = 2,
         action_dim: PositiveInt = 2,
         history: PositiveInt = 1,
         representation: Literal["tcwm", "embedding", "state"] = "tcwm",
         latent_dim: PositiveInt = 16,
-        aligned_dims: PositiveInt = 4,
+        aligned_dims: PositiveInt = 2,
         projection: Literal["learned", "random", "pca"] = "learned",
         align_weight: NonNegativeFloat = 1.0,
         recon_weight: NonNegativeFloat = 1.0,
@@ -68,6 +68,7 @@ class TcwmModule(LightningModule):
         lr: PositiveFloat = 1e-3,
         weight_decay: NonNegativeFloat = 1e-4,
         shuffle_seed: NonNegativeInt = 0,
+        plan_pairs: NonNegativeInt = 10,
     ) -> None:
         super().__init__()
         # Passed explicitly, not read from the caller's frame: the mutation lane wraps __init__
@@ -110,7 +111,11 @@ class TcwmModule(LightningModule):
         the true state for the oracle."""
         if self.hparams.representation == "state":
             return states, None
-        proprio = states if self.hparams.proprio_weight and self.hparams.representation == "embedding" else None
+        proprio = (
+            states
+            if self.hparams.proprio_weight and self.hparams.representation == "embedding"
+            else None
+        )
         return self.encode(tokens), proprio
 
     def step(self, hist, action, proprio_hist=None):
@@ -189,10 +194,47 @@ class TcwmModule(LightningModule):
         self.log("val/loss", sum(terms.values()), prog_bar=True, sync_dist=True)
 
     def test_step(self, batch, batch_idx):
-        """Losses on the test windows; planning and probes: ``tcwm.evaluate`` (the claim, and
-        ``uv run train test --ckpt_path PATH`` through the CLI's test hook)."""
+        """Losses on the test windows (planning and probes: ``on_test_epoch_end``)."""
         for name, value in self.losses(batch).items():
             self.log(f"test/{name}", value, sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
+        """The paper's scores on the test episodes (``uv run train test --ckpt_path PATH``):
+        open-loop probe R^2 at horizons 1-5, TC-WM's identifiability, and CEM planning success
+        on ``plan_pairs`` seeded start/goal pairs in the miniature's simulator."""
+        from tcwm.data import world_for
+        from tcwm.evaluate import (
+            PlanBudget,
+            identifiability,
+            open_loop_probe,
+            plan_to_goal,
+            start_goal_pairs,
+        )
+
+        data = self.trainer.datamodule
+        arrays, episodes = data.arrays, data.episodes
+        was_training = self.training
+        self.eval()
+        scores = open_loop_probe(self, arrays, episodes["train"], episodes["test"])
+        for k, score in enumerate(scores, 1):
+            self.log(f"test/probe_r2_h{k}", score)
+        if self.hparams.representation == "tcwm":
+            for name, value in identifiability(
+                self, arrays, episodes["train"], episodes["test"]
+            ).items():
+                self.log(f"test/{name}", value)
+        if self.hparams.plan_pairs and data.hparams.source in ("synthetic", "pointmaze", "reacher"):
+            world, budget = world_for(data.hparams), PlanBudget()
+            pairs = start_goal_pairs(
+                world, self.hparams.plan_pairs, data.hparams.kappa, budget.goal_offset, seed=10_000
+            )
+            runs = [
+                plan_to_goal(self, world, observe, p, budget, seed=i) for i, p in enumerate(pairs)
+            ]
+            world.close()
+            self.log("test/success", sum(r["success"] for r in runs) / len(runs))
+            self.log("test/final_distance", sum(r["final_distance"] for r in runs) / len(runs))
+        self.train(was_training)
 
     def on_fit_start(self) -> None:
         """The PCA ablation fixes W to the training embeddings' top principal directions."""
@@ -202,7 +244,12 @@ class TcwmModule(LightningModule):
             self.projection.set_pca(tokens.reshape(-1, tokens.shape[-1]).to(self.device))
 
     def configure_optimizers(self):
-        trainable = [p for p in self.parameters() if p.requires_grad]
-        if not trainable or self.hparams.dynamics == "persistence" and self.hparams.representation != "tcwm":
-            trainable = trainable or [nn.Parameter(torch.zeros(1))]
-        return torch.optim.AdamW(trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        trainable = [p for p in self.parameters() if p.requires_grad]  # not the fixed W
+        return torch.optim.AdamW(
+            trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )
+
+
+def observe(world, nuisance, t):
+    """The frozen tokens of the world's current observation."""
+    return world.observe(nuisance, t)

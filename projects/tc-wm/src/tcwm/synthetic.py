@@ -1,10 +1,12 @@
 """The synthetic-embedding world: a known injective map of state and nuisance (design note [G]).
 
-A point with state s = (x, y, vx, vy) moves in the box [-1, 1]^2 under 2-d actions; a per-episode
+A point with state s = (x, y) moves in the box [-1, 1]^2 by s' = clip(s + DT a) under 2-d
+actions (first order: the frame shows the whole state, so the aligned subspace can hold all of it
+and the planning cost on it compares positions only); a per-episode
 nuisance c_t in R^{16} (slow sinusoids with random amplitude, frequency and phase, scaled by the
 strength kappa) stands for everything in a frame the agent does not control. The "foundation
 embedding" is e_t = phi([s_t ; c_t]) in R^{384}, phi a fixed random 3-layer leaky-ReLU MLP whose
-layers widen (20 -> 128 -> 256 -> 384) with full-column-rank weights, so phi is injective: the
+layers widen (18 -> 128 -> 256 -> 384) with full-column-rank weights, so phi is injective: the
 premise of the identifiability statement (the abstract's "identify the task-centric latent
 factors up to a simple transformation"). Because s and c are known, the aligned subspace can be
 scored exactly: linear R^2 / MCC against s, and R^2 against c, which it must ignore.
@@ -20,14 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-STATE_DIM = 4
+STATE_DIM = 2
 ACTION_DIM = 2
 NUISANCE_DIM = 16
 EMBED_DIM = 384
-DAMPING = 0.6  # v' = DAMPING v + (1 - DAMPING) a
-DT = 0.15  # x' = x + DT v'
+DT = 0.1  # x' = x + DT a
 SUCCESS_RADIUS = 0.1
 WIDTHS = (STATE_DIM + NUISANCE_DIM, 128, 256, EMBED_DIM)
+WORLD_VERSION = 2  # part of the data cache's key: bump it when the world changes
 MAP_SEED = 1234  # phi is part of the world, the same for every run seed
 
 
@@ -61,7 +63,7 @@ _PHI = embedding_map()
 
 
 def phi(state: np.ndarray, nuisance: np.ndarray) -> np.ndarray:
-    """e = phi([s ; c]): float [..., 4], [..., 16] -> float32 [..., 384]."""
+    """e = phi([s ; c]): float [..., 2], [..., 16] -> float32 [..., 384]."""
     h = torch.as_tensor(np.concatenate([state, nuisance], -1), dtype=torch.float32)
     for i, (weight, bias) in enumerate(_PHI):
         h = h @ weight.T + bias
@@ -71,7 +73,7 @@ def phi(state: np.ndarray, nuisance: np.ndarray) -> np.ndarray:
 
 
 class SyntheticWorld:
-    """Point dynamics in a box; ``observe`` gives the embedding phi([s ; c_t])."""
+    """First-order point dynamics in a box; ``observe`` gives the embedding phi([s ; c_t])."""
 
     name = "synthetic"
     state_dim = STATE_DIM
@@ -91,11 +93,7 @@ class SyntheticWorld:
         if action.shape != (ACTION_DIM,):
             raise ValueError(f"expected an action of shape ({ACTION_DIM},), got {action.shape}")
         action = np.clip(action, -1.0, 1.0)
-        velocity = DAMPING * self.state[2:] + (1 - DAMPING) * action
-        position = self.state[:2] + DT * velocity
-        hit = np.abs(position) > 1.0
-        velocity[hit] = 0.0  # an inelastic wall
-        self.state = np.concatenate([np.clip(position, -1.0, 1.0), velocity]).astype(np.float32)
+        self.state = np.clip(self.state + DT * action, -1.0, 1.0).astype(np.float32)
         return self.get_state()
 
     def observe(self, nuisance: Nuisance, t: int) -> np.ndarray:
@@ -111,7 +109,7 @@ class SyntheticWorld:
 
     @staticmethod
     def sample_start(rng: np.random.Generator) -> np.ndarray:
-        return np.concatenate([rng.uniform(-0.9, 0.9, 2), np.zeros(2)]).astype(np.float32)
+        return rng.uniform(-0.9, 0.9, STATE_DIM).astype(np.float32)
 
     @staticmethod
     def draw_nuisance(rng: np.random.Generator, kappa: float) -> Nuisance:

@@ -77,10 +77,13 @@ def patch_tokens(encoder: nn.Module, pixels: torch.Tensor, bool_masked_pos=None)
 
 @torch.no_grad()
 def encode_frames(encoder: nn.Module, frames, masks, batch_size: int = 256) -> torch.Tensor:
-    """Frozen tokens of many frames, in batches: uint8 [N, H, W, 3] -> float [N, L, C]."""
+    """Frozen tokens of many frames, in batches: uint8 [N, H, W, 3] -> float [N, L, C];
+    ``masks`` (bool [N, H, W]) may be None."""
     encoder.eval()
     out = [
-        patch_tokens(encoder, preprocess(frames[i : i + batch_size], masks[i : i + batch_size]))
+        patch_tokens(
+            encoder, preprocess(frames[i : i + batch_size], _rows(masks, slice(i, i + batch_size)))
+        )
         for i in range(0, len(frames), batch_size)
     ]
     return torch.cat(out)
@@ -124,7 +127,7 @@ def pretrain(
     for _ in range(steps):
         index = torch.randint(len(frames), (batch_size,), generator=generator)
         loss = masked_patch_loss(
-            encoder, head, preprocess(frames[index], masks[index]), mask_ratio, generator
+            encoder, head, preprocess(frames[index], _rows(masks, index)), mask_ratio, generator
         )
         optimizer.zero_grad()
         loss.backward()
@@ -175,3 +178,8 @@ def _square(value, what: str) -> int:
             raise DataFormatError(f"The encoder's {what} {value} is not square; expected one size.")
         value = value[0]
     return int(value)
+
+
+def _rows(masks, index):
+    """Rows of optional foreground masks (None: frames are encoded unmasked)."""
+    return None if masks is None else masks[index]
