@@ -41,7 +41,7 @@ def test_the_seed_changes_the_episodes():
 def test_the_aligned_state_is_the_position_or_the_whole_state():
     data = synthetic(align_on="position")
     torch.testing.assert_close(data.arrays["aligned"], data.arrays["states"][..., :2])
-    assert synthetic().align_dim == 4
+    assert synthetic().align_dim == 2  # the synthetic state is the position
 
 
 def test_actions_lead_from_each_state_to_the_next():

@@ -46,18 +46,18 @@ def test_the_nuisance_is_zero_at_strength_zero_and_independent_of_the_state():
     quiet = world.draw_nuisance(rng, 0.0)
     assert not quiet.at(7).any()
     loud = world.draw_nuisance(rng, 1.0)
-    world.set_state(np.array([0.5, -0.5, 0.0, 0.0], np.float32))
+    world.set_state(np.array([0.5, -0.5], np.float32))
     first = world.observe(loud, 3)
     world.step(np.array([1.0, 1.0], np.float32))
     assert not np.allclose(world.observe(loud, 3), first)  # the state moved the embedding
-    world.set_state(np.array([0.5, -0.5, 0.0, 0.0], np.float32))
+    world.set_state(np.array([0.5, -0.5], np.float32))
     np.testing.assert_array_equal(world.observe(loud, 3), first)
     assert not np.allclose(world.observe(loud, 4), first)  # the nuisance moved it alone
 
 
 def test_actions_move_the_point_and_walls_stop_it():
     world = SyntheticWorld()
-    world.set_state(np.zeros(4, np.float32))
+    world.set_state(np.zeros(2, np.float32))
     state = world.step(np.array([1.0, -1.0], np.float32))
     assert state[0] > 0 > state[1]
     for _ in range(100):
@@ -75,6 +75,6 @@ def test_bad_input_is_a_clear_error():
 
 def test_success_is_measured_on_the_position():
     world = SyntheticWorld()
-    goal = np.array([0.5, 0.5, 0.3, 0.3], np.float32)
-    assert world.success(np.array([0.55, 0.5, -1, -1], np.float32), goal)
-    assert not world.success(np.array([0.65, 0.5, 0.3, 0.3], np.float32), goal)
+    goal = np.array([0.5, 0.5], np.float32)
+    assert world.success(np.array([0.55, 0.5], np.float32), goal)
+    assert not world.success(np.array([0.65, 0.5], np.float32), goal)
