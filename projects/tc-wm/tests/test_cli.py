@@ -7,6 +7,7 @@ import torch
 
 from papers_cli.testing import check_resume, user_error_message
 from papers_eval import load_claim
+from tcwm import plots
 from tcwm.claim import run_claim_experiment
 from tcwm.cli import train
 from tcwm.evaluate import identifiability
@@ -124,6 +125,9 @@ def test_reproduce_quick_writes_a_judged_record_and_replicates(tmp_path):
     assert {"tcwm", "dino_wm", "state_oracle", "persistence"} <= set(record["metrics"])
     assert record["replication"]["run"] and record["replication"]["seeds"] == [10]
     assert (tmp_path / "claim.md").is_file()
+    plots.main([str(tmp_path / "claim.json")])  # the figures come from the record's numbers
+    assert (tmp_path / "success_by_strength.png").is_file()
+    assert (tmp_path / "probe_by_horizon.png").is_file()
 
 
 def test_persistence_copies_the_latent_forward(tiny_args):

@@ -265,31 +265,98 @@ def _jsonable(value):
     return value
 
 
-def diagnose(record: Mapping[str, Any]) -> list:
-    """Why a verdict is not held, citing the record's numbers (protocol v3)."""
+def diagnose(record: Mapping[str, Any], spec: ClaimSpec | None = None) -> list:
+    """Why a verdict is not held, citing the record's numbers (protocol v3).
+
+    Reads the method's failed checks and the controls' outcomes: a failed precondition or a
+    misbehaving control first; then, for the planning check, whether the aligned subspace is
+    identified (the identifiability checks) while planning on it still misses, i.e. whether the
+    cause is the precision of a linear read-out of a non-linear embedding (idea) or the
+    alignment itself (implementation)."""
     if record["verdict"] in ("held", "held, not replicated"):
         return []
-    checks = record["judgement"]["checks"]["tcwm"] if "judgement" in record else {}
-    failed = sorted(name for name, c in checks.items() if not c.get("passed"))
     findings = []
-    if any(name.startswith("success") for name in failed):
+    for i, pre in enumerate(record.get("preconditions") or []):
+        if not pre.get("passed", True):
+            findings.append(
+                finding(
+                    "check",
+                    f"precondition {pre['name']} failed: the miniature does not pose the problem",
+                    (f"preconditions.{i}.passed", "its outcome"),
+                )
+            )
+    outcomes = record["outcomes"]["tcwm"]
+    failed = sorted(name for name, outcome in outcomes.items() if not outcome["passed"])
+    identified = not any(
+        name in failed
+        for name in (
+            "aligned_subspace_recovers_the_state",
+            "canonical_correlation_with_the_state",
+            "aligned_subspace_ignores_the_nuisance",
+        )
+    )
+    if "plans_better_with_distractors" in failed and identified:
         findings.append(
             finding(
                 "idea",
-                "planning on the aligned summary u needs u to locate the goal within the "
-                "success radius; where the identifiability checks pass but success does not, "
-                "the residual of the affine fit (1 - R^2 of the state's variance) is wider "
-                "than the radius",
+                "the aligned subspace is identified up to an affine map and ignores the "
+                "nuisance, yet planning on it is not better than on the full embedding: a "
+                "linear projection of a non-linear embedding leaves a residual (1 - R^2 of the "
+                "state's variance) about as wide as the success radius, and DINO-WM's own "
+                "cost, dominated by the nuisance, still ranks action sequences by the state "
+                "because the nuisance does not depend on the actions",
                 ("metrics.tcwm.aligned_r2_k1.mean", "TC-WM's aligned R^2 at kappa 1"),
                 ("metrics.tcwm.success_k1.mean", "its planning success"),
+                ("metrics.dino_wm.success_k1.mean", "DINO-WM's"),
+                ("metrics.dino_wm.nuisance_r2_k1.mean", "the nuisance in DINO-WM's cost space"),
                 ("metrics.state_oracle.success_k1.mean", "the oracle's, same planner"),
             )
         )
+    elif "plans_better_with_distractors" in failed:
+        findings.append(
+            finding(
+                "implementation",
+                "the alignment did not identify the state, so the planner's cost space is wrong",
+                ("metrics.tcwm.aligned_r2_k1.mean", "TC-WM's aligned R^2 at kappa 1"),
+                ("metrics.tcwm.nuisance_r2_k1.mean", "the nuisance it carries"),
+            )
+        )
+    if "predicts_position_better" in failed:
+        findings.append(
+            finding(
+                "idea",
+                "a linear probe reads the position from DINO-WM's predicted full embedding at "
+                "least as well as from TC-WM's latent (phi is injective and piecewise linear, "
+                "so the full embedding loses nothing a projection keeps)",
+                ("metrics.tcwm.probe_r2_k1.mean", "TC-WM's open-loop probe R^2"),
+                ("metrics.dino_wm.probe_r2_k1.mean", "DINO-WM's"),
+            )
+        )
+    tuning = record.get("tuning") or {}
+    for subject, trials in (tuning.get("trials") or {}).items():
+        rates = sorted(t["params"]["lr"] for t in trials if "lr" in t["params"])
+        best = (tuning.get("best") or {}).get(subject, {}).get("lr")
+        if len(rates) > 2 and best in (rates[0], rates[-1]):
+            findings.append(
+                finding(
+                    "check",
+                    f"{subject}'s learning rate was chosen at an end of its grid ({best}): the "
+                    "grid may stop short of its best rate",
+                    (f"tuning.best.{subject}.lr", "the chosen rate"),
+                    *(
+                        (
+                            f"tuning.trials.{subject}.{i}.score",
+                            f"validation loss at lr {t['params']['lr']}",
+                        )
+                        for i, t in enumerate(trials)
+                    ),
+                )
+            )
     if not findings:
         findings.append(
             finding(
                 "undetermined",
-                f"checks failed: {', '.join(failed) or 'a control or a precondition'}",
+                f"checks failed: {', '.join(failed) or 'a control'}",
                 ("metrics.tcwm.success_k1.mean", "TC-WM's success at kappa 1"),
                 ("metrics.dino_wm.success_k1.mean", "DINO-WM's"),
             )
