@@ -282,7 +282,7 @@ def diagnose(record: Mapping[str, Any], spec: ClaimSpec | None = None) -> list:
                 finding(
                     "check",
                     f"precondition {pre['name']} failed: the miniature does not pose the problem",
-                    (f"preconditions.{i}.passed", "its outcome"),
+                    (f"preconditions.{i}.advantage.estimate", "its margin over the bar"),
                 )
             )
     outcomes = record["outcomes"]["tcwm"]
