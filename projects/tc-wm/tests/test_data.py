@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from papers_cli import ConfigError
-from tcwm.data import DataFormatError, TcwmDataModule, Windows, check_goal_tokens, pool_tokens
+from tcwm.data import DataFormatError, TcwmDataModule, Windows, check_goal_tokens
+from tcwm.pipeline import pool_tokens
 
 
 def synthetic(**kwargs):

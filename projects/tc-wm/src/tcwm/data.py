@@ -11,7 +11,7 @@ Sources (``--data.source``):
   episodes, then frozen: a stand-in for DINOv2, not DINO);
 - ``dino_wm``: a DINO-WM PointMaze folder (``root``: ``obses/``, ``states.pth``, ...);
 - ``robomimic``: a robomimic HDF5 file (``root``), images from ``image_key``, the state to
-  align from ``state_keys``;
+  align from the obs keys ``state_variables``;
 - ``minari``: a Minari dataset (``root``); it holds no images, so its states are rendered by the
   miniature's PointMaze scene (the same point agent and U-maze; label it).
 
@@ -31,8 +31,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt, OpenUnitInterval, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
@@ -42,6 +41,14 @@ from papers_gpu import run_seed
 from tcwm.formats import DataFormatError  # noqa: F401  (re-exported: the data's error type)
 from tcwm.synthetic import WORLD_VERSION, SyntheticWorld
 
+# robomimic's camera observations (obs/<camera>_image)
+RobomimicImage = Literal[
+    "agentview_image",
+    "robot0_eye_in_hand_image",
+    "sideview_image",
+    "frontview_image",
+    "birdview_image",
+]
 Source = Literal["synthetic", "pointmaze", "reacher", "dino_wm", "robomimic", "minari"]
 
 
@@ -87,21 +94,6 @@ def random_episodes(world, n_episodes: int, length: int, kappa: float, seed: int
     }
 
 
-def pool_tokens(tokens: torch.Tensor, grid: int) -> torch.Tensor:
-    """Average-pool square token grids [..., L, C] to [..., grid^2, C] (L a square >= grid^2)."""
-    side = int(round(tokens.shape[-2] ** 0.5))
-    if side * side != tokens.shape[-2]:
-        raise DataFormatError(f"{tokens.shape[-2]} patch tokens do not form a square grid")
-    if side == grid or tokens.shape[-2] == 1:
-        return tokens
-    if side % grid:
-        raise ConfigError(f"token_grid={grid} does not divide the encoder's {side}x{side} grid")
-    lead = tokens.shape[:-2]
-    x = tokens.reshape(-1, side, side, tokens.shape[-1]).permute(0, 3, 1, 2)
-    x = F.avg_pool2d(x, side // grid).permute(0, 2, 3, 1)
-    return x.reshape(*lead, grid * grid, tokens.shape[-1])
-
-
 class Windows(Dataset):
     """Windows of ``length`` consecutive steps of the episodes ``episodes`` (indices into the
     arrays), starting where a full window fits."""
@@ -134,18 +126,18 @@ class TcwmDataModule(LightningDataModule):
         self,
         source: Source = "synthetic",
         root: str | None = None,
-        kappa: float = 1.0,
+        kappa: ClosedUnitInterval = 1.0,
         n_episodes: PositiveInt = 120,
         episode_length: PositiveInt = 40,
-        val_fraction: float = 0.15,
-        test_fraction: float = 0.15,
+        val_fraction: OpenUnitInterval = 0.15,
+        test_fraction: OpenUnitInterval = 0.15,
         history: PositiveInt = 1,
         align_on: Literal["position", "state"] = "state",
         token_grid: PositiveInt = 4,
         encoder_checkpoint: str | None = None,
         encoder_steps: NonNegativeInt = 300,
-        image_key: str = "agentview_image",
-        state_keys: list[str] | None = None,
+        image_key: RobomimicImage = "agentview_image",
+        state_variables: list[str] | None = None,
         batch_size: PositiveInt = 128,
         num_workers: NonNegativeInt = 0,
         seed: NonNegativeInt | None = None,

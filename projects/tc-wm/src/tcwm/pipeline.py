@@ -28,6 +28,7 @@ from papers_worldmodels.encoder import (  # isort: skip
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from papers_cli import ConfigError
 from papers_data import cache_dir, cached_generate, config_hash
@@ -79,8 +80,6 @@ class RenderedWorld:
 
 def encode(encoder, frames: torch.Tensor, token_grid: int) -> torch.Tensor:
     """uint8 [N, H, W, 3] -> pooled frozen tokens float32 [N, token_grid^2, C]."""
-    from tcwm.data import pool_tokens
-
     size = encoder.config.image_size
     if frames.shape[1] != size or frames.shape[2] != size:
         raise DataFormatError(
@@ -88,6 +87,21 @@ def encode(encoder, frames: torch.Tensor, token_grid: int) -> torch.Tensor:
             f"{size}x{size} input: set --data.image_size or resize the frames"
         )
     return pool_tokens(encode_frames(encoder, frames, None), token_grid)
+
+
+def pool_tokens(tokens: torch.Tensor, grid: int) -> torch.Tensor:
+    """Average-pool square token grids [..., L, C] to [..., grid^2, C] (L a square >= grid^2)."""
+    side = int(round(tokens.shape[-2] ** 0.5))
+    if side * side != tokens.shape[-2]:
+        raise DataFormatError(f"{tokens.shape[-2]} patch tokens do not form a square grid")
+    if side == grid or tokens.shape[-2] == 1:
+        return tokens
+    if side % grid:
+        raise ConfigError(f"token_grid={grid} does not divide the encoder's {side}x{side} grid")
+    lead = tokens.shape[:-2]
+    x = tokens.reshape(-1, side, side, tokens.shape[-1]).permute(0, 3, 1, 2)
+    x = F.avg_pool2d(x, side // grid).permute(0, 2, 3, 1)
+    return x.reshape(*lead, grid * grid, tokens.shape[-1])
 
 
 def standin_encoder(scene: str, steps: int):
@@ -137,7 +151,7 @@ def load_visual_arrays(h, seed: int) -> dict[str, np.ndarray]:
         "encoder": h.encoder_checkpoint or h.encoder_steps,
         "grid": h.token_grid,
         "image_key": h.image_key,
-        "state_keys": h.state_keys,
+        "state_keys": h.state_variables,
     }
 
     def generate() -> dict[str, np.ndarray]:
@@ -191,7 +205,7 @@ def read_episodes(h, seed: int, image_size: int):
     if h.source == "robomimic":
         from papers_worldmodels.robomimic import read_robomimic
 
-        keys = h.state_keys or ["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos"]
+        keys = h.state_variables or ["robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos"]
         demos = read_robomimic(h.root, h.image_key, state_keys=keys)
         episodes = [
             Episode(_resize(d.frames, image_size), d.states, d.actions, d.name) for d in demos
