@@ -5,6 +5,7 @@ numbers of 2026-12-07 are in pilot_lr.jsonl."""
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 import yaml
@@ -12,21 +13,27 @@ import yaml
 from papers_eval.jobs import Job
 from tcwm.claim import run_job
 
-torch.set_num_threads(1)
-settings = yaml.safe_load(Path("configs/claim.yaml").read_text())["settings"]
-lr, seed = float(sys.argv[1]), int(sys.argv[2])
-v = run_job(Job("tcwm", seed, {"lr": lr, "kappa": 1.0}), settings)
-print(
-    json.dumps(
-        {
-            "lr": lr,
-            "seed": seed,
-            "success": float(v["success"].mean()),
-            "aligned_r2": v["aligned_r2"],
-            "probe_r2": v["probe_r2"],
-            "val_loss": v["val_loss"],
-            "persistence_success": float(v["persistence"]["success"].mean()),
-        }
-    ),
-    flush=True,
-)
+
+def main() -> None:
+    torch.set_num_threads(1)
+    settings = yaml.safe_load(Path("configs/claim.yaml").read_text())["settings"]
+    lr, seed = float(sys.argv[1]), int(sys.argv[2])
+    v = run_job(Job("tcwm", seed, {"lr": lr, "kappa": 1.0}), settings)
+    print(
+        json.dumps(
+            {
+                "lr": lr,
+                "seed": seed,
+                "success": float(v["success"].mean()),
+                "aligned_r2": v["aligned_r2"],
+                "probe_r2": v["probe_r2"],
+                "val_loss": v["val_loss"],
+                "persistence_success": float(v["persistence"]["success"].mean()),
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
