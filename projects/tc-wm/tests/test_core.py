@@ -7,6 +7,7 @@ import torch
 
 from tcwm.core import (
     LinearProjection,
+    ObservationEncoder,
     Predictor,
     StatePredictor,
     aligned_summary,
@@ -14,9 +15,11 @@ from tcwm.core import (
     critic_logits,
     dynamics_loss,
     info_nce,
+    inverse_dynamics_loss,
     latent_cost,
     pca_directions,
     reconstruction_loss,
+    temporal_smoothness,
     vc_regularizer,
 )
 
@@ -123,6 +126,31 @@ def test_vc_regularizer_by_value():
     assert covariance.item() == pytest.approx(2 * 2.0**2 / 2)  # off-diagonal cov 2, twice, / d
     shrunk, _ = vc_regularizer(0.1 * z, eps=0.0)
     assert shrunk.item() == pytest.approx(1 - 0.1 * math.sqrt(2))
+
+
+def test_temporal_smoothness_by_value():
+    z = torch.tensor([[[0.0, 0.0], [1.0, 2.0], [1.0, 2.0]]])  # [B=1, T=3, d=2]
+    assert temporal_smoothness(z).item() == pytest.approx((1 + 4 + 0) / 2)  # mean over 2 steps
+
+
+def test_inverse_dynamics_loss_reads_both_frames():
+    head = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[-1.0, 0.0, 1.0, 0.0]]))  # a = z_next[0] - z_t[0]
+    z_t, z_next = torch.tensor([[1.0, 5.0]]), torch.tensor([[3.0, -5.0]])
+    assert inverse_dynamics_loss(head, z_t, z_next, torch.tensor([[2.0]])).item() == 0.0
+    assert inverse_dynamics_loss(head, z_t, z_next, torch.tensor([[0.0]])).item() == 4.0
+
+
+def test_the_observation_encoder_reads_the_whole_frame():
+    torch.manual_seed(0)
+    encoder = ObservationEncoder(n_tokens=3, embed_dim=4, latent_dim=5)
+    tokens = torch.randn(2, 7, 3, 4)
+    z = encoder(tokens)
+    assert z.shape == (2, 7, 1, 5)
+    moved = tokens.clone()
+    moved[..., 2, :] += 1.0  # the last patch only
+    assert not torch.allclose(encoder(moved), z)
 
 
 def test_cem_finds_the_minimum_of_a_quadratic():

@@ -20,7 +20,6 @@ from tcwm.scene import (
     n_distractors,
     random_episodes,
     rollout,
-    start_goal_pairs,
 )
 
 
@@ -304,22 +303,6 @@ def test_random_episodes_are_seeded_and_shaped(name):
             int(episodes["action_repeat"]),
         )
     np.testing.assert_allclose(replay, episodes["states"][0], atol=1e-5)
-
-
-@pytest.mark.parametrize("name", SCENE_NAMES)
-def test_start_goal_pairs_are_reachable_and_distinct(scenes, name):
-    scene = scenes[name]
-    pairs = start_goal_pairs(name, n_pairs=5, offset_steps=5, seed=0)
-    assert pairs["start"].shape == pairs["goal"].shape == (5, 4)
-    assert pairs["actions"].shape == (5, 5, 2)
-    repeat = int(pairs["action_repeat"])
-    assert repeat == scene.default_action_repeat
-    for start, goal, actions in zip(pairs["start"], pairs["goal"], pairs["actions"], strict=True):
-        np.testing.assert_array_equal(rollout(scene, start, actions, repeat)[-1], goal)
-        assert not scene.success(start, goal)
-    assert len(np.unique(pairs["start"][:, 0])) == 5
-    again = start_goal_pairs(name, n_pairs=5, offset_steps=5, seed=0)
-    np.testing.assert_array_equal(again["goal"], pairs["goal"])
 
 
 def test_bad_input_is_a_clear_error(scenes):

@@ -78,3 +78,19 @@ def test_success_is_measured_on_the_position():
     goal = np.array([0.5, 0.5], np.float32)
     assert world.success(np.array([0.55, 0.5], np.float32), goal)
     assert not world.success(np.array([0.65, 0.5], np.float32), goal)
+
+
+def test_start_goal_pairs_are_seeded_unsolved_and_see_two_nuisances():
+    """The planner's pairs (tcwm.evaluate, the path `reproduce` runs): no goal within the
+    success radius of its start, the same pairs for the same seed, and the goal image under a
+    nuisance draw other than the start's."""
+    from tcwm.evaluate import start_goal_pairs
+
+    world = SyntheticWorld()
+    pairs = start_goal_pairs(world, n_pairs=8, kappa=1.0, goal_offset=15, seed=3)
+    again = start_goal_pairs(world, n_pairs=8, kappa=1.0, goal_offset=15, seed=3)
+    assert len(pairs) == 8
+    for (start, goal, nuisance, goal_nuisance), other in zip(pairs, again, strict=True):
+        assert not world.success(start, goal)
+        np.testing.assert_array_equal(goal, other[1])
+        assert not np.allclose(nuisance.at(0), goal_nuisance.at(0))

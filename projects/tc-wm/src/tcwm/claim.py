@@ -2,12 +2,14 @@
 
 In the synthetic-embedding world (a known injective map of state and nuisance, ``tcwm.synthetic``)
 every subject is trained on the same reward-free random-action episodes at distractor strength
-kappa (0 and 1; the ablations at 1 only) and judged on fixed seeded start/goal pairs whose goal
-embedding carries another nuisance draw:
+kappa (0, 0.5 and 1; the ablations at 1 only, the shuffled control at 0 and 1) and judged on
+fixed seeded start/goal pairs whose goal embedding carries another nuisance draw:
 
 - ``tcwm``: the method (projection, alignment, reconstruction, latent dynamics, CEM on z^s);
 - ``dino_wm``: the predictor and the planning cost on the full frozen embedding, proprio token
   included (cost weight 0.1 [G]);
+- ``pldm``: a PLDM-style latent learned from the raw observation (its own encoder, VICReg
+  variance and covariance, temporal smoothness, inverse dynamics, prediction; reported);
 - ablations (reported): ``no_alignment``, ``no_reconstruction``, ``random_projection``,
   ``pca_projection``;
 - negative controls: ``shuffled_alignment`` (InfoNCE against the states of other frames) and
@@ -55,13 +57,14 @@ from tcwm.evaluate import (
     relative_reconstruction_error,
     start_goal_pairs,
 )
-from tcwm.model import TcwmModule, observe
+from tcwm.model import TcwmModule
 
 PROJECT_DIR = project_dir_of(__file__)
 CLAIM_FILE = PROJECT_DIR / "configs" / "claim.yaml"
 TRAINED = {
     "tcwm": {},
     "dino_wm": {"representation": "embedding", "proprio_weight": 0.1},
+    "pldm": {"representation": "pldm"},
     "state_oracle": {"representation": "state"},
     "shuffled_alignment": {"align_shuffle": True},
     "no_alignment": {"align_weight": 0.0},
@@ -70,8 +73,15 @@ TRAINED = {
     "pca_projection": {"projection": "pca"},
 }
 SUBJECTS = (*TRAINED, "persistence")
-KAPPAS = {"k0": 0.0, "k1": 1.0}
+KAPPAS = {"k0": 0.0, "k05": 0.5, "k1": 1.0}
 ABLATIONS = ("no_alignment", "no_reconstruction", "random_projection", "pca_projection")
+# The strengths each trained subject runs at (the rest of its metrics are NaN, never judged):
+# the ablations where the nuisance is, the shuffled control where the checks are.
+STRENGTHS = {
+    **{subject: tuple(KAPPAS) for subject in TRAINED},
+    **{subject: ("k1",) for subject in ABLATIONS},
+    "shuffled_alignment": ("k0", "k1"),
+}
 SCORES = (
     "success",
     "final_distance",
@@ -116,7 +126,7 @@ def score(module: TcwmModule, data: TcwmDataModule, settings: Mapping[str, Any],
     pairs = start_goal_pairs(
         world, settings["plan_pairs"], data.hparams.kappa, budget.goal_offset, seed=10_000 + seed
     )
-    runs = [plan_to_goal(module, world, observe, p, budget, seed=i) for i, p in enumerate(pairs)]
+    runs = [plan_to_goal(module, world, p, budget, seed=i) for i, p in enumerate(pairs)]
     probes = open_loop_probe(
         module, arrays, episodes["train"], episodes["test"], with_proprio=False
     )
@@ -130,7 +140,7 @@ def score(module: TcwmModule, data: TcwmDataModule, settings: Mapping[str, Any],
         "canonical_correlation": ident["canonical_correlation"],
         "mcc": ident["mcc"],
         "nuisance_r2": ident.get("nuisance_r2", float("nan")),
-        "distance_share": embedding_distance_share(world, pairs, observe),
+        "distance_share": embedding_distance_share(world, pairs),
     }
     if module.hparams.representation == "tcwm":
         out["latent_spread"] = latent_spread(module, arrays, episodes["test"])
@@ -178,9 +188,8 @@ def experiment(spec: ClaimSpec, run) -> tuple[Any, dict[str, dict[str, list]], l
     for seed in spec.seeds:
         for subject in TRAINED:
             params = tuning.best.get(subject) or method_params
-            for key, kappa in KAPPAS.items():
-                if subject in ABLATIONS and key != "k1":
-                    continue
+            for key in STRENGTHS[subject]:
+                kappa = KAPPAS[key]
                 jobs.append(Job(subject, seed, {**params, "kappa": kappa}))
     done = run(jobs)
     results: dict[str, dict[str, list]] = {s: {m: [] for m in METRICS} for s in spec.subjects}
@@ -198,11 +207,13 @@ def experiment(spec: ClaimSpec, run) -> tuple[Any, dict[str, dict[str, list]], l
                     details.setdefault(subject, {}).setdefault(f"{name}_{key}", []).append(
                         value[name]
                     )
-    for subject in ABLATIONS:  # not run without distractors: NaN, never judged
-        for name in SCORES:
-            results[subject][f"{name}_k0"] = [
-                np.full_like(np.asarray(v, float), np.nan) for v in results[subject][f"{name}_k1"]
-            ]
+    for subject, keys in STRENGTHS.items():  # strengths not run: NaN, never judged
+        for key in set(KAPPAS) - set(keys):
+            for name in SCORES:
+                results[subject][f"{name}_{key}"] = [
+                    np.full_like(np.asarray(v, float), np.nan)
+                    for v in results[subject][f"{name}_k1"]
+                ]
     return tuning, results, done, details
 
 

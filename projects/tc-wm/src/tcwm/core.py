@@ -124,6 +124,39 @@ def vc_regularizer(z: torch.Tensor, eps: float = 1e-4) -> tuple[torch.Tensor, to
     return variance, off_diagonal.pow(2).sum() / z.shape[1]
 
 
+def temporal_smoothness(z: torch.Tensor) -> torch.Tensor:
+    """PLDM's time-similarity term: mean ||z_{t+1} - z_t||^2 over the steps of windows
+    ``z`` [B, T, ...] (slow features; Sobal et al. 2025)."""
+    return (z[:, 1:] - z[:, :-1]).pow(2).flatten(2).sum(-1).mean()
+
+
+def inverse_dynamics_loss(
+    head: nn.Module, z_t: torch.Tensor, z_next: torch.Tensor, action: torch.Tensor
+) -> torch.Tensor:
+    """PLDM's inverse-dynamics term: mean ||head([z_t ; z_{t+1}]) - a_t||^2, so the latent
+    keeps what the action changes (rows of ``z_t``, ``z_next`` [B, d])."""
+    return (head(torch.cat([z_t, z_next], -1)) - action).pow(2).mean()
+
+
+class ObservationEncoder(nn.Module):
+    """The PLDM baseline's own encoder: the whole observation [..., P, D], flattened, through an
+    MLP to one latent token [..., 1, d]. It learns its representation from the raw observation
+    (no frozen foundation features, no state labels), from scratch with the world model."""
+
+    def __init__(self, n_tokens: int, embed_dim: int, latent_dim: int, width: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(n_tokens * embed_dim, width),
+            nn.GELU(),
+            nn.Linear(width, width),
+            nn.GELU(),
+            nn.Linear(width, latent_dim),
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.net(tokens.flatten(-2))[..., None, :]
+
+
 class Predictor(nn.Module):
     """Latent dynamics f(z_{t-h+1:t}, a_t) -> z_{t+1} over P tokens of width ``dim``.
 

@@ -12,7 +12,6 @@ the simulator's test on the final state (within ``SUCCESS_RADIUS`` of the goal p
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -59,20 +58,19 @@ def start_goal_pairs(world, n_pairs: int, kappa: float, goal_offset: int, seed: 
 def plan_to_goal(
     module,
     world,
-    observe: Callable,
     pair,
     budget: PlanBudget,
     seed: int,
 ) -> dict[str, float]:
-    """One MPC episode; ``observe(world, nuisance, t)`` returns the frame's tokens [P, D]."""
+    """One MPC episode; ``world.observe(nuisance, t)`` gives the frame's tokens [P, D]."""
     start, goal, nuisance, goal_nuisance = pair
     generator = torch.Generator().manual_seed(seed)
     world.set_state(goal)
-    goal_tokens = torch.as_tensor(observe(world, goal_nuisance, 0))
+    goal_tokens = torch.as_tensor(world.observe(goal_nuisance, 0))
     check_goal_tokens(goal_tokens, (module.hparams.n_tokens, module.hparams.embed_dim))
-    goal_latent, goal_proprio = _observe_model(module, world, observe, goal_nuisance, 0)
+    goal_latent, goal_proprio = _observe_model(module, world, goal_nuisance, 0)
     world.set_state(start)
-    latent, proprio = _observe_model(module, world, observe, nuisance, 0)
+    latent, proprio = _observe_model(module, world, nuisance, 0)
     n = module.hparams.history
     hist = latent[None].repeat(n, *[1] * latent.dim())[None]
     proprio_hist = None if proprio is None else proprio[None].repeat(n, 1)[None]
@@ -90,7 +88,7 @@ def plan_to_goal(
         for action in plan[: budget.replan_every]:
             world.step(action.numpy())
             t += 1
-            latent, proprio = _observe_model(module, world, observe, nuisance, t)
+            latent, proprio = _observe_model(module, world, nuisance, t)
             hist = torch.cat([hist[:, 1:], latent[None, None]], 1)
             if proprio_hist is not None:
                 proprio_hist = torch.cat([proprio_hist[:, 1:], proprio[None, None]], 1)
@@ -110,8 +108,8 @@ def _plan_cost(module, hist, proprio_hist, goal_latent, goal_proprio, candidates
     return module.plan_cost(final, goal_latent, final_proprio, goal_proprio)
 
 
-def _observe_model(module, world, observe, nuisance, t):
-    tokens = torch.as_tensor(observe(world, nuisance, t), dtype=torch.float32)
+def _observe_model(module, world, nuisance, t):
+    tokens = torch.as_tensor(world.observe(nuisance, t), dtype=torch.float32)
     state = torch.as_tensor(world.get_state(), dtype=torch.float32)
     latent, proprio = module.observation(tokens[None], state[None])
     return latent[0], None if proprio is None else proprio[0]
@@ -208,17 +206,17 @@ def planning_coordinates(module, tokens: torch.Tensor, states: torch.Tensor) -> 
 
 
 @torch.no_grad()
-def embedding_distance_share(world, pairs, observe: Callable) -> float:
+def embedding_distance_share(world, pairs) -> float:
     """The share of the frozen start-goal embedding distance that the nuisance makes: for each
     pair 1 - ||e(goal, c_start) - e(start, c_start)||^2 / ||e(goal, c_goal) - e(start, c_start)||^2
     (the goal state seen under the start's nuisance vs the goal image), averaged over pairs."""
     shares = []
     for start, goal, nuisance, goal_nuisance in pairs:
         world.set_state(start)
-        e_start = np.asarray(observe(world, nuisance, 0), np.float64)
+        e_start = np.asarray(world.observe(nuisance, 0), np.float64)
         world.set_state(goal)
-        e_goal_same = np.asarray(observe(world, nuisance, 0), np.float64)
-        e_goal = np.asarray(observe(world, goal_nuisance, 0), np.float64)
+        e_goal_same = np.asarray(world.observe(nuisance, 0), np.float64)
+        e_goal = np.asarray(world.observe(goal_nuisance, 0), np.float64)
         total = ((e_goal - e_start) ** 2).sum()
         shares.append(1.0 - ((e_goal_same - e_start) ** 2).sum() / max(total, 1e-12))
     return float(np.mean(shares))

@@ -10,6 +10,11 @@
 - ``embedding`` (DINO-WM): dynamics and planning cost on the full frozen patch embeddings, with
   proprio tokens (``proprio_weight`` > 0: the state enters and leaves as one token, as DINO-WM's
   proprio encoder);
+- ``pldm`` (the PLDM-style baseline, Sobal et al. 2025): its own encoder learned from the raw
+  observation (``ObservationEncoder``, an MLP over the whole frame's tokens, no frozen features
+  in the cost), trained jointly with the dynamics by prediction without a stop-gradient, VICReg's
+  variance and covariance terms, temporal smoothness and an inverse-dynamics head; the planner's
+  cost is the full learned latent;
 - ``state`` (the positive control, an oracle): dynamics on the true state, the same planner.
 
 ``dynamics="persistence"`` (a negative control) copies the latent forward: no learned dynamics.
@@ -28,13 +33,17 @@ from papers_cli import ConfigError
 from papers_cli.hparams import init_arguments
 from tcwm.core import (
     LinearProjection,
+    ObservationEncoder,
     Predictor,
     StatePredictor,
     aligned_summary,
     dynamics_loss,
     info_nce,
+    inverse_dynamics_loss,
     latent_cost,
     reconstruction_loss,
+    temporal_smoothness,
+    vc_regularizer,
 )
 
 
@@ -49,7 +58,7 @@ class TcwmModule(LightningModule):
         align_dim: PositiveInt = 2,
         action_dim: PositiveInt = 2,
         history: PositiveInt = 1,
-        representation: Literal["tcwm", "embedding", "state"] = "tcwm",
+        representation: Literal["tcwm", "embedding", "pldm", "state"] = "tcwm",
         latent_dim: PositiveInt = 16,
         aligned_dims: PositiveInt = 2,
         projection: Literal["learned", "random", "pca"] = "learned",
@@ -63,6 +72,10 @@ class TcwmModule(LightningModule):
         proprio_weight: NonNegativeFloat = 0.0,
         context_weight: NonNegativeFloat = 0.0,
         state_cost_dims: PositiveInt = 2,
+        variance_weight: NonNegativeFloat = 1.0,
+        covariance_weight: NonNegativeFloat = 1.0,
+        temporal_weight: NonNegativeFloat = 0.1,
+        inverse_dynamics_weight: NonNegativeFloat = 1.0,
         width: PositiveInt = 64,
         layers: PositiveInt = 2,
         lr: PositiveFloat = 1e-3,
@@ -88,6 +101,12 @@ class TcwmModule(LightningModule):
             self.decoder = nn.Linear(latent_dim, embed_dim)  # R: linear [G]
             self.state_encoder = nn.Linear(align_dim, aligned_dims)  # g: linear critic map [R]
             dim = latent_dim
+        elif representation == "pldm":
+            self.observation_encoder = ObservationEncoder(n_tokens, embed_dim, latent_dim, width)
+            self.inverse_dynamics = nn.Sequential(  # PLDM's inverse-dynamics head [G: sizes]
+                nn.Linear(2 * latent_dim, width), nn.GELU(), nn.Linear(width, action_dim)
+            )
+            dim, n_tokens = latent_dim, 1  # one learned token per frame
         else:
             dim = embed_dim
         proprio = state_dim if representation == "embedding" and proprio_weight > 0 else 0
@@ -104,6 +123,8 @@ class TcwmModule(LightningModule):
         """Frozen tokens [..., P, D] -> the latent the dynamics run in."""
         if self.hparams.representation == "tcwm":
             return self.projection(tokens)
+        if self.hparams.representation == "pldm":
+            return self.observation_encoder(tokens)
         return tokens
 
     def observation(self, tokens, states):
@@ -162,6 +183,8 @@ class TcwmModule(LightningModule):
             return {"dyn": dynamics_loss(predicted, states[:, n])}
         tokens = batch["tokens"]
         z = self.encode(tokens)
+        if h.representation == "pldm":
+            return self.pldm_losses(z, action)
         proprio_hist = states[:, :n] if self.predictor.proprio_dim else None
         predicted, proprio = self.predictor(z[:, :n], action, proprio_hist)
         terms = {"dyn": dynamics_loss(predicted, z[:, n], h.stop_gradient)}
@@ -178,6 +201,26 @@ class TcwmModule(LightningModule):
             if h.recon_weight > 0:
                 terms["rec"] = h.recon_weight * reconstruction_loss(self.decoder(z), tokens)
         return terms
+
+    def pldm_losses(self, z: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The PLDM baseline's objective on learned latents z [B, h+1, 1, d]: prediction through
+        the target (no stop-gradient: VICReg's terms keep the latent from collapsing), variance
+        and covariance over every frame, temporal smoothness and inverse dynamics of a_t;
+        weights [G]."""
+        h = self.hparams
+        n = h.history
+        predicted, _ = self.predictor(z[:, :n], action)
+        variance, covariance = vc_regularizer(z.flatten(0, 1).flatten(1))
+        return {
+            "dyn": dynamics_loss(predicted, z[:, n], stop_gradient=False),
+            "var": h.variance_weight * variance,
+            "cov": h.covariance_weight * covariance,
+            "time": h.temporal_weight * temporal_smoothness(z),
+            "idm": h.inverse_dynamics_weight
+            * inverse_dynamics_loss(
+                self.inverse_dynamics, z[:, n - 1].flatten(1), z[:, n].flatten(1), action
+            ),
+        }
 
     def training_step(self, batch, batch_idx):
         terms = self.losses(batch)
@@ -228,9 +271,7 @@ class TcwmModule(LightningModule):
             pairs = start_goal_pairs(
                 world, self.hparams.plan_pairs, data.hparams.kappa, budget.goal_offset, seed=10_000
             )
-            runs = [
-                plan_to_goal(self, world, observe, p, budget, seed=i) for i, p in enumerate(pairs)
-            ]
+            runs = [plan_to_goal(self, world, p, budget, seed=i) for i, p in enumerate(pairs)]
             world.close()
             self.log("test/success", sum(r["success"] for r in runs) / len(runs))
             self.log("test/final_distance", sum(r["final_distance"] for r in runs) / len(runs))
@@ -248,8 +289,3 @@ class TcwmModule(LightningModule):
         return torch.optim.AdamW(
             trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
-
-
-def observe(world, nuisance, t):
-    """The frozen tokens of the world's current observation."""
-    return world.observe(nuisance, t)

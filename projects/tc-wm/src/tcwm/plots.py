@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-SHOWN = ("tcwm", "dino_wm", "state_oracle", "shuffled_alignment", "persistence")
+SHOWN = ("tcwm", "dino_wm", "pldm", "state_oracle", "shuffled_alignment", "persistence")
 
 
 def success_by_strength(record: dict, out: Path) -> Path:
@@ -26,8 +26,14 @@ def success_by_strength(record: dict, out: Path) -> Path:
         if s in SHOWN or s.endswith("projection") or s.startswith("no_")
     ]
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    width = 0.38
-    for offset, key, label in ((-width / 2, "k0", "kappa 0"), (width / 2, "k1", "kappa 1")):
+    strengths = [
+        (key, label)
+        for key, label in (("k0", "kappa 0"), ("k05", "kappa 0.5"), ("k1", "kappa 1"))
+        if f"success_{key}" in record["metrics"][subjects[0]]
+    ]
+    width = 0.8 / len(strengths)
+    for i, (key, label) in enumerate(strengths):
+        offset = (i - (len(strengths) - 1) / 2) * width
         means, lows, highs = [], [], []
         for subject in subjects:
             entry = record["metrics"][subject][f"success_{key}"]
@@ -49,7 +55,7 @@ def success_by_strength(record: dict, out: Path) -> Path:
     ax.set_ylabel("planning success")
     ax.set_ylim(0, 1.05)
     ax.legend()
-    ax.set_title("Success by distractor strength (95% intervals; ablations at kappa 1 only)")
+    ax.set_title("Success by distractor strength (95% intervals; missing bars: not run)")
     fig.tight_layout()
     path = out / "success_by_strength.png"
     fig.savefig(path, dpi=120)
