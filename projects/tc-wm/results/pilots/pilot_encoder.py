@@ -13,12 +13,12 @@ import numpy as np
 import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
+from standin import pretrain_invariant  # beside this script
 
 import tcwm.scene as S
 from papers_worldmodels.encoder import build_encoder, encode_frames, pretrain, tiny_config
-from tcwm.data import pool_tokens
+from tcwm.pipeline import pool_tokens
 from tcwm.scene import make_scene, random_episodes
-from tcwm.standin import pretrain_invariant
 
 
 def main() -> None:
