@@ -148,7 +148,9 @@ def test_reproduce_quick_writes_a_judged_record_and_replicates(tmp_path):
     assert record["project"] == "tc-wm" and record["quick"] and record["protocol"] == 3
     assert record["verdict"] == outcome["verdict"]
     assert {c["kind"] for c in record["controls"]} == {"negative", "oracle"}
-    assert {"tcwm", "dino_wm", "state_oracle", "persistence"} <= set(record["metrics"])
+    assert {"tcwm", "dino_wm", "pldm", "state_oracle", "persistence"} <= set(record["metrics"])
+    assert record["metrics"]["pldm"]["success_k05"]["mean"] is not None  # every strength ran
+    assert record["metrics"]["no_alignment"]["success_k05"]["mean"] is None  # ablations: kappa 1
     assert record["replication"]["run"] and record["replication"]["seeds"] == [10]
     assert (tmp_path / "claim.md").is_file()
     plots.main([str(tmp_path / "claim.json")])  # the figures come from the record's numbers
